@@ -1,0 +1,45 @@
+# The two set-up commands: `make demo` and `make test`. Everything they need is installed here.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Runtime extras for the main job; the test suite adds the dev tools.
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck unit clean help
+
+help:
+	@echo "make demo   - create .venv, install, run the main job on the built-in default trace"
+	@echo "make test   - install everything the suites need, then lint, type-check and test"
+
+$(VENV)/bin/python:
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "elastore needs Python >= 3.11"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install -q -e '.[predict,models]'
+	@touch $@
+
+$(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+demo: $(DEMO_STAMP)
+	$(BIN)/elastore demo
+
+lint: $(TEST_STAMP)
+	$(BIN)/ruff check elastore tests benchmarks
+
+typecheck: $(TEST_STAMP)
+	$(BIN)/mypy
+
+unit: $(TEST_STAMP)
+	$(BIN)/pytest -m "not k8s and not lab" $(PYTEST_ARGS)
+
+test: $(TEST_STAMP) lint typecheck
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) elastore-report .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from elastore.cli import main
+
+main()

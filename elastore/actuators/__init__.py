@@ -1,0 +1,1 @@
+"""Actuators: tc (BwMan), Cassandra stream throughput, Kubernetes scale (lab and operator)."""

@@ -1,0 +1,19 @@
+"""Errors that the CLI turns into one clear line and a non-zero exit."""
+
+from __future__ import annotations
+
+
+class ElastoreError(Exception):
+    """A user-facing error: bad input, an unreachable component, a refused operation.
+
+    ``where`` locates the problem (``path`` or ``path:line``) and is printed first.
+    """
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        self.message = message
+        self.where = where
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class TraceError(ElastoreError):
+    """A trace file that cannot be read as asked."""

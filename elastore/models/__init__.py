@@ -1,0 +1,1 @@
+"""Capacity, SLO-border, BwMan bandwidth and migration-time models (issue: decision core)."""

@@ -1,0 +1,1 @@
+"""The ProRenaTa planner: proactive and reactive plans and their scheduler (decision core)."""

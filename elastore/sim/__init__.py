@@ -1,0 +1,1 @@
+"""The trace-replay simulator and controller comparison (the simulator issue)."""

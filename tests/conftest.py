@@ -1,0 +1,45 @@
+"""Shared fixtures. ``shared_dir`` finds ../shared (the traces and lab notes).
+
+A missing ../shared is the one thing a test may skip for, and only on a user's machine:
+under CI (``CI`` set) it is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _shared() -> Path | None:
+    env = os.environ.get("ELASTORE_SHARED")
+    candidates = [Path(env)] if env else []
+    candidates.append(REPO.parent / "shared")
+    for c in candidates:
+        if (c / "traces" / "wikipedia").is_dir():
+            return c
+    return None
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    found = _shared()
+    if found is None:
+        msg = "../shared (traces) not found beside the repo; set ELASTORE_SHARED"
+        if os.environ.get("CI"):
+            pytest.fail(msg + " — CI always has it, so this is a failure")
+        pytest.skip(msg)
+    return found
+
+
+@pytest.fixture(scope="session")
+def all_projects_csv(shared_dir: Path) -> Path:
+    return shared_dir / "traces" / "wikipedia" / "all-projects-2008-10_2009-12-hourly.csv"
+
+
+@pytest.fixture(scope="session")
+def pages_csv(shared_dir: Path) -> Path:
+    return shared_dir / "traces" / "wikipedia" / "en-2016-01-pages-hourly.csv.gz"

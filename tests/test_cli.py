@@ -1,0 +1,79 @@
+"""The CLI contract: help with examples on every command, one-line errors, exit codes."""
+
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from elastore.cli import cli
+from elastore.demo import demo_cmd
+from elastore.traces.cli import trace
+
+cli.add_command(trace)
+cli.add_command(demo_cmd)
+
+
+def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = [prefix]
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            out += all_commands(cmd, (*prefix, name))
+        else:
+            out.append((*prefix, name))
+    return out
+
+
+@pytest.mark.parametrize("path", all_commands(cli), ids=lambda p: " ".join(p) or "elastore")
+def test_every_command_has_help_with_an_example(path: tuple[str, ...]) -> None:
+    res = CliRunner().invoke(cli, [*path, "--help"])
+    assert res.exit_code == 0
+    assert "Example" in res.output, f"'elastore {' '.join(path)} --help' has no example"
+
+
+def test_bad_input_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    p = tmp_path / "h.csv"
+    p.write_text("hour_utc,requests\n2009-01-01 00:00:00,1\n2009-01-01 0x:00:00,2\n")
+    res = CliRunner().invoke(cli, ["trace", "inspect", str(p)])
+    assert res.exit_code == 1
+    assert res.output.strip().splitlines() == [
+        f"error: {p}:3: unparsable timestamp '2009-01-01 0x:00:00' (expected YYYY-MM-DD HH:MM:SS)"
+    ]
+
+
+def test_unknown_column_and_truncated_gzip_via_cli(tmp_path: Path) -> None:
+    p = tmp_path / "h.csv"
+    p.write_text("hour_utc,requests\n2009-01-01 00:00:00,1\n")
+    res = CliRunner().invoke(cli, ["trace", "inspect", str(p), "--column", "nope"])
+    assert res.exit_code == 1 and "unknown column 'nope'" in res.output
+    g = tmp_path / "p.csv.gz"
+    data = gzip.compress(b"hour_utc,page,requests\n" + b"2016-01-01 00:00:00,A,1\n" * 50000)
+    g.write_bytes(data[:-30])
+    res = CliRunner().invoke(cli, ["trace", "build", str(g), "-o", str(tmp_path / "w.json")])
+    assert res.exit_code == 1 and "truncated or corrupt gzip" in res.output
+    assert not (tmp_path / "w.json").exists()  # nothing half-written
+
+
+def test_bad_date_is_a_usage_error() -> None:
+    res = CliRunner().invoke(cli, ["trace", "inspect", "--start", "March"])
+    assert res.exit_code == 2 and "is not a date" in res.output
+
+
+def test_console_script_runs_as_module() -> None:
+    res = subprocess.run([sys.executable, "-m", "elastore", "--version"], capture_output=True,
+                         text=True, check=True)
+    assert "elastore" in res.stdout
+
+
+def test_demo_writes_a_report(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "rep")],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "360 hours" in res.output and "seasonal-naive-168" in res.output
+    png = tmp_path / "rep" / "forecast.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
