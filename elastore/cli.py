@@ -114,12 +114,18 @@ def cli(verbose: int, quiet: bool) -> None:
 
 
 def main() -> None:
+    register()
+    cli()
+
+
+def register() -> None:
+    """Attach every command group (imported late so ``--help`` stays fast)."""
     from elastore.demo import demo_cmd
+    from elastore.predictor.cli import predict
     from elastore.traces.cli import trace
 
-    cli.add_command(trace)
-    cli.add_command(demo_cmd)
-    cli()
+    for cmd in (trace, predict, demo_cmd):
+        cli.add_command(cmd)
 
 
 if __name__ == "__main__":  # pragma: no cover

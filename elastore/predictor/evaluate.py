@@ -77,7 +77,7 @@ def score(actual: FloatArray, forecast: FloatArray, season: int = 24,
 
 def evaluate(
     factories: Sequence[tuple[str, Callable[[], Predictor]]], series: FloatArray, horizon: int,
-    warmup: int,
+    warmup: int, progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Scores], dict[str, FloatArray]]:
     """Score each method by rolling origin; returns scores and the forecast arrays."""
     scores: dict[str, Scores] = {}
@@ -91,4 +91,6 @@ def evaluate(
         s, m, r, ms, pts = score(series, scored, train=series[:warmup])
         scores[name] = Scores(s, m, r, ms, seconds, pts)
         forecasts[name] = fc
+        if progress is not None:
+            progress(name)
     return scores, forecasts

@@ -2,49 +2,21 @@
 
 from __future__ import annotations
 
-import math
-
-from elastore.predictor.base import FloatArray, History, Predictor
+from elastore.predictor.base import PersistenceFallback, SeasonalNaiveFallback
 
 
-class Persistence(Predictor):
-    """The next value equals the last observed one."""
+class Persistence(PersistenceFallback):
+    """The next value equals the last observed one (outliers screened like every method)."""
 
     name = "persistence"
-
-    def _fit(self, history: FloatArray) -> None:
-        pass
-
-    def _update(self, value: float) -> None:
-        pass
-
-    def _forecast(self, horizon: int) -> float:
-        return self.last_good_
+    screen = True
 
 
-class SeasonalNaive(Predictor):
+class SeasonalNaive(SeasonalNaiveFallback):
     """The value one season before the target hour; across a gap, one season earlier still."""
 
+    screen = True
+
     def __init__(self, season: int) -> None:
-        super().__init__()
-        self.season = season
-        self.name = f"seasonal-naive-{season}"
-        self.hist = History(4 * season)
-
-    def _fit(self, history: FloatArray) -> None:
-        self.hist = History(4 * self.season)
-        self.hist.extend(history)
-
-    def _update(self, value: float) -> None:
-        self.hist.append(value)
-
-    def _forecast(self, horizon: int) -> float:
-        # target t+h; same phase k seasons earlier is (season*k - h) steps ago
-        for k in range(1, 5):
-            back = self.season * k - horizon
-            while back < 0:
-                back += self.season
-            v = self.hist.ago(back)
-            if not math.isnan(v):
-                return v
-        return self.last_good_
+        super().__init__(season)
+        self.min_history = season
