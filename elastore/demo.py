@@ -13,8 +13,8 @@ import click
 import numpy as np
 import pandas as pd
 
-from elastore.predictor import Persistence, SeasonalNaive
 from elastore.predictor.evaluate import evaluate
+from elastore.predictor.registry import METHODS
 from elastore.traces.inspect import render, summarize
 from elastore.traces.readers import DEFAULT_WINDOW, builtin_trace_path, read_hourly_csv
 
@@ -39,11 +39,7 @@ def demo_cmd(out: Path, horizon: int) -> None:
     click.echo(render(summarize(window)))
     history = series.window(start - pd.Timedelta(hours=WARMUP_HOURS), end)
     values = history.values
-    methods = [
-        ("persistence", Persistence),
-        ("seasonal-naive-24", lambda: SeasonalNaive(24)),
-        ("seasonal-naive-168", lambda: SeasonalNaive(168)),
-    ]
+    methods = [(n, METHODS[n]) for n in ("prorenata", "holt-winters", "seasonal-naive-168")]
     scores, forecasts = evaluate(methods, values, horizon, WARMUP_HOURS)
     click.echo(f"\nforecast of the window at H={horizon} h, {WARMUP_HOURS} h warm-up "
                "(rolling origin):")
