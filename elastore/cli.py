@@ -121,10 +121,11 @@ def main() -> None:
 def register() -> None:
     """Attach every command group (imported late so ``--help`` stays fast)."""
     from elastore.demo import demo_cmd
+    from elastore.models.cli import models
     from elastore.predictor.cli import predict
     from elastore.traces.cli import trace
 
-    for cmd in (trace, predict, demo_cmd):
+    for cmd in (trace, predict, models, demo_cmd):
         cli.add_command(cmd)
 
 

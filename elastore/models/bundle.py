@@ -1,0 +1,128 @@
+"""The model file that ``elastore models fit`` writes and everything else reads.
+
+A versioned JSON document: the SLO-border (capacity) model and, optionally, the BwMan
+bandwidth models. Loading parses JSON only (never pickle), caps the size, and validates
+every number and shape, so an untrusted file can at worst be rejected.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from elastore.models.bandwidth import BandwidthModels, fit_bandwidth
+from elastore.models.capacity import SAMPLE_COLUMNS, CapacityModel, ModelError, fit_capacity
+
+FORMAT = "elastore.models"
+VERSION = 1
+MAX_BYTES = 16 * 1024 * 1024
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass
+class ModelSet:
+    capacity: CapacityModel
+    bandwidth: BandwidthModels = field(default_factory=lambda: BandwidthModels(None, None))
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "source": self.source,
+                "capacity": self.capacity.to_json(), "bandwidth": self.bandwidth.to_json()}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    def save(self, path: Path | str) -> None:
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.dumps(), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def loads(cls, text: str | bytes, where: str = "<model>") -> ModelSet:
+        if len(text) > MAX_BYTES:
+            raise ModelError(f"model document larger than {MAX_BYTES // 2**20} MiB", where)
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise ModelError(f"not JSON: {exc}", where) from exc
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ModelError(f"not an {FORMAT} document (made by 'elastore models fit')", where)
+        if doc.get("version") != VERSION:
+            raise ModelError(f"model file version {doc.get('version')!r} is not supported "
+                             f"(this elastore reads {VERSION})", where)
+        return cls(
+            capacity=CapacityModel.from_json(doc.get("capacity"), where),
+            bandwidth=BandwidthModels.from_json(doc.get("bandwidth"), where),
+            source=dict(doc.get("source") or {}),
+        )
+
+    @classmethod
+    def load(cls, path: Path | str) -> ModelSet:
+        path = Path(path)
+        if not path.is_file():
+            raise ModelError("no such model file", str(path))
+        if path.stat().st_size > MAX_BYTES:
+            raise ModelError(f"model file larger than {MAX_BYTES // 2**20} MiB", str(path))
+        return cls.loads(path.read_bytes(), str(path))
+
+
+def read_columns(path: Path, required: tuple[str, ...] | None, optional_pairs: tuple[
+        tuple[str, str], ...] = ()) -> dict[str, FloatArray]:
+    """Numeric, non-negative CSV columns; a bad cell is an error naming its line."""
+    import pandas as pd
+
+    from elastore.errors import TraceError
+    from elastore.traces.readers import parse_counts
+
+    if not path.is_file():
+        raise ModelError("no such file", str(path))
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise ModelError(f"not a readable CSV: {exc}", str(path)) from exc
+    cols = [c.strip() for c in frame.columns]
+    frame.columns = pd.Index(cols)
+    wanted: list[str] = list(required or ())
+    for a, b in optional_pairs:
+        if a in cols and b in cols:
+            wanted += [a, b]
+    missing = [c for c in (required or ()) if c not in cols]
+    if missing:
+        raise ModelError(f"missing column(s) {', '.join(missing)} (found: {', '.join(cols)})",
+                         f"{path}:1")
+    if not wanted:
+        raise ModelError("none of the expected column pairs "
+                         + " / ".join(f"{a},{b}" for a, b in optional_pairs)
+                         + f" (found: {', '.join(cols)})", f"{path}:1")
+    if frame.empty:
+        raise ModelError("the file has a header but no data rows", str(path))
+    out = {}
+    for c in wanted:
+        try:
+            out[c] = parse_counts(frame[c], f"value in {c!r}", 2, str(path))
+        except TraceError as exc:
+            raise ModelError(exc.message, exc.where) from exc
+    return out
+
+
+def fit_models(samples_csv: Path, slo_ms: float, percentile: int = 95,
+               bandwidth_csv: Path | None = None) -> ModelSet:
+    samples = read_columns(samples_csv, SAMPLE_COLUMNS)
+    interference = samples["interference"]
+    if np.any(interference > 1):
+        raise ModelError("interference is an index in [0, 1]; a value above 1 was found",
+                         str(samples_csv))
+    capacity = fit_capacity(samples, slo_ms, percentile)
+    bandwidth = BandwidthModels(None, None)
+    if bandwidth_csv is not None:
+        cols = read_columns(bandwidth_csv, None, (("client_mbit", "served_rps"),
+                                                  ("migration_mbit", "migration_mibps")))
+        bandwidth = fit_bandwidth(cols)
+    return ModelSet(capacity, bandwidth, {"samples": str(samples_csv),
+                                          "bandwidth": str(bandwidth_csv or "")})

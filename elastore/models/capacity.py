@@ -1,0 +1,362 @@
+"""The SLO border: per-server capacity under a latency SLO, and how migration and
+interference shrink it (reference text, Figs 5.13 and 5.24).
+
+**Method.** A gradient-boosted regression of *inverse* latency (SLO / p95, or p99) on
+``(load_rps, read_ratio, migration_mibps, interference)``, with monotone constraints:
+latency never falls as load, migration or interference rise (scikit-learn
+``HistGradientBoostingRegressor(monotonic_cst=...)``). For a queueing server the inverse
+latency falls about linearly with load, so trees follow it well, while log latency has a
+knee that piecewise-constant trees smear (measured: capacity 20-30 % low). Boosting
+assumes no queueing law; the constraints encode physics that noisy data may not show, and
+make the capacity monotone by construction. Latencies beyond 4 x the SLO count as
+"violated" and are not resolved further: only the border matters.
+
+**What is saved.** The fitted model is tabulated on a grid spanning the profiled region:
+log latency at every (load, read ratio, migration, interference) grid point, made exactly
+monotone along the constrained axes, plus the derived capacity table. That table *is* the
+model at run time: a versioned JSON document of numbers (no pickle, nothing executable),
+evaluated by multilinear interpolation. Queries outside the profiled region are clamped to
+its edge and reported as extrapolation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from elastore.errors import ElastoreError
+
+FloatArray = npt.NDArray[np.float64]
+
+FORMAT = "elastore.capacity-model"
+VERSION = 1
+SAMPLE_COLUMNS = ("read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms")
+CLIP_X_SLO = 4.0
+BORDER_WIDTH = 0.5  # in ln(latency / SLO): samples within ~x1.6 of the SLO ...
+BORDER_WEIGHT = 4.0  # ... count up to 5 times
+GRID = {"load": 48, "read_ratio": 8, "migration": 13, "interference": 8}
+
+
+class ModelError(ElastoreError):
+    """A model file or a fit that cannot be used."""
+
+
+def _interp_axis(axis: FloatArray, x: FloatArray) -> tuple[npt.NDArray[np.int64], FloatArray]:
+    """Index of the left grid point and the fraction towards the right one (clamped)."""
+    x = np.clip(x, axis[0], axis[-1])
+    if len(axis) == 1:
+        return np.zeros(x.shape, dtype=np.int64), np.zeros(x.shape)
+    j = np.clip(np.searchsorted(axis, x, side="right") - 1, 0, len(axis) - 2)
+    frac = (x - axis[j]) / (axis[j + 1] - axis[j])
+    return j.astype(np.int64), frac
+
+
+def multilinear(axes: list[FloatArray], table: FloatArray, points: list[FloatArray]) -> FloatArray:
+    """Interpolate ``table`` (one dimension per axis) at broadcastable query arrays."""
+    pts = np.broadcast_arrays(*[np.asarray(p, dtype=float) for p in points])
+    idx, fr = zip(*(_interp_axis(a, p) for a, p in zip(axes, pts, strict=True)), strict=True)
+    out = np.zeros(pts[0].shape)
+    d = len(axes)
+    for corner in range(1 << d):
+        w = np.ones(pts[0].shape)
+        index = []
+        for k in range(d):
+            bit = (corner >> k) & 1
+            w = w * (fr[k] if bit else 1 - fr[k])
+            index.append(idx[k] + bit if len(axes[k]) > 1 else idx[k])
+        out = out + w * table[tuple(index)]
+    return out
+
+
+@dataclass
+class CapacityModel:
+    """Tabulated latency and capacity model for one server flavour and one SLO."""
+
+    slo_ms: float
+    percentile: int
+    load_axis: FloatArray  # requests/s per server
+    read_axis: FloatArray  # read ratio, 0..1
+    migration_axis: FloatArray  # MiB/s per server
+    interference_axis: FloatArray  # index, 0..1
+    log_latency: FloatArray  # ln(ms), shape (load, read, migration, interference)
+    capacity_table: FloatArray = field(default_factory=lambda: np.zeros(0))
+    training: dict[str, Any] = field(default_factory=dict)
+    fit_error: dict[str, float] = field(default_factory=dict)
+    method: str = "monotone HistGradientBoosting of inverse latency, tabulated"
+
+    def __post_init__(self) -> None:
+        self._enforce_monotone()
+        if self.capacity_table.size == 0:
+            self.capacity_table = self._capacities()
+
+    # -- building -----------------------------------------------------------------------
+    def _enforce_monotone(self) -> None:
+        lat = self.log_latency
+        for axis in (0, 2, 3):  # load, migration, interference: latency non-decreasing
+            lat = np.maximum.accumulate(lat, axis=axis)
+        self.log_latency = lat
+
+    def _capacities(self) -> FloatArray:
+        """Capacity at every (read, migration, interference) grid point."""
+        lim = math.log(self.slo_ms)
+        lat = self.log_latency  # (L, R, M, I)
+        ok = lat <= lim
+        cap = np.zeros(lat.shape[1:])
+        loads = self.load_axis
+        for r in range(lat.shape[1]):
+            for m in range(lat.shape[2]):
+                for i in range(lat.shape[3]):
+                    col = lat[:, r, m, i]
+                    good = np.flatnonzero(ok[:, r, m, i])
+                    if good.size == 0:
+                        cap[r, m, i] = 0.0
+                        continue
+                    j = int(good[-1])
+                    if j == len(loads) - 1:
+                        cap[r, m, i] = loads[-1]
+                        continue
+                    # linear crossing between grid points j and j + 1
+                    a, b = col[j], col[j + 1]
+                    t = (lim - a) / (b - a) if b > a else 0.0
+                    cap[r, m, i] = loads[j] + t * (loads[j + 1] - loads[j])
+        for axis in (1, 2):  # capacity non-increasing in migration and interference
+            cap = np.minimum.accumulate(cap, axis=axis)
+        return cap
+
+    # -- queries ---------------------------------------------------------------------------
+    def latency_ms(self, load_rps: Any, read_ratio: Any, migration_mibps: Any = 0.0,
+                   interference: Any = 0.0) -> FloatArray:
+        """Predicted percentile latency (ms) per server; vectorised."""
+        axes = [self.load_axis, self.read_axis, self.migration_axis, self.interference_axis]
+        return np.exp(multilinear(axes, self.log_latency,
+                                  [load_rps, read_ratio, migration_mibps, interference]))
+
+    def capacity(self, read_ratio: Any, migration_mibps: Any = 0.0, interference: Any = 0.0
+                 ) -> FloatArray:
+        """Requests/s one server serves within the SLO; vectorised."""
+        axes = [self.read_axis, self.migration_axis, self.interference_axis]
+        return multilinear(axes, self.capacity_table, [read_ratio, migration_mibps, interference])
+
+    def servers_needed(self, load_rps: float, read_ratio: float, interference: float = 0.0,
+                       headroom: float = 0.0, migration_mibps: float = 0.0) -> int:
+        """Fewest servers that keep every server under the SLO border with ``headroom``
+        (a fraction of capacity kept free, e.g. 0.1)."""
+        if not math.isfinite(load_rps) or load_rps < 0:
+            raise ModelError(f"load must be a finite number >= 0 requests/s, got {load_rps}")
+        if not 0 <= headroom < 1:
+            raise ModelError(f"headroom must be in [0, 1), got {headroom}")
+        cap = float(self.capacity(read_ratio, migration_mibps, interference))
+        usable = cap * (1 - headroom)
+        if usable <= 0:
+            raise ModelError(
+                f"no load fits under the {self.slo_ms:g} ms SLO at read ratio {read_ratio:g}, "
+                f"migration {migration_mibps:g} MiB/s, interference {interference:g}"
+            )
+        return max(1, math.ceil(load_rps / usable - 1e-9))
+
+    def max_migration_rate(self, load_per_server_rps: Any, read_ratio: Any,
+                           interference: Any = 0.0) -> FloatArray:
+        """The paper's f(): the fastest migration (MiB/s per server) that keeps the SLO at
+        this per-server load. 0 when even no migration breaks the SLO; vectorised."""
+        load, rr, inter = np.broadcast_arrays(
+            np.asarray(load_per_server_rps, dtype=float), np.asarray(read_ratio, dtype=float),
+            np.asarray(interference, dtype=float))
+        m_axis = self.migration_axis
+        caps = np.stack([self.capacity(rr, m, inter) for m in m_axis], axis=-1)  # (..., M)
+        out = np.zeros(load.shape)
+        fits = caps >= load[..., None]
+        any_fit = fits[..., 0]
+        # last grid migration whose capacity still covers the load, then interpolate
+        last = np.where(fits.all(axis=-1), len(m_axis) - 1,
+                        np.argmin(fits, axis=-1) - 1)
+        last = np.clip(last, 0, len(m_axis) - 1)
+        c_lo = np.take_along_axis(caps, last[..., None], axis=-1)[..., 0]
+        nxt = np.clip(last + 1, 0, len(m_axis) - 1)
+        c_hi = np.take_along_axis(caps, nxt[..., None], axis=-1)[..., 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(c_lo > c_hi, (c_lo - load) / (c_lo - c_hi), 0.0)
+        rate = m_axis[last] + np.clip(t, 0, 1) * (m_axis[nxt] - m_axis[last])
+        out = np.where(any_fit, rate, 0.0)
+        return out
+
+    def in_profile(self, load_rps: float, read_ratio: float, migration_mibps: float,
+                   interference: float) -> bool:
+        """Whether a query lies inside the profiled region (else it was clamped)."""
+        return bool(
+            self.load_axis[0] <= load_rps <= self.load_axis[-1]
+            and self.read_axis[0] <= read_ratio <= self.read_axis[-1]
+            and self.migration_axis[0] <= migration_mibps <= self.migration_axis[-1]
+            and self.interference_axis[0] <= interference <= self.interference_axis[-1]
+        )
+
+    # -- JSON ------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        def r(a: FloatArray) -> Any:
+            return np.round(a, 5).tolist()
+
+        return {
+            "format": FORMAT,
+            "version": VERSION,
+            "method": self.method,
+            "slo": {"latency_ms": self.slo_ms, "percentile": self.percentile},
+            "units": {"load": "requests/s per server", "read_ratio": "fraction",
+                      "migration": "MiB/s per server", "interference": "index 0..1",
+                      "log_latency": "ln(ms)", "capacity": "requests/s per server"},
+            "axes": {"load": r(self.load_axis), "read_ratio": r(self.read_axis),
+                     "migration": r(self.migration_axis),
+                     "interference": r(self.interference_axis)},
+            "log_latency": r(self.log_latency),
+            "capacity": r(self.capacity_table),
+            "training": self.training,
+            "fit_error": self.fit_error,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str = "<model>") -> CapacityModel:
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise ModelError(f"not an {FORMAT} document", where)
+        if doc.get("version") != VERSION:
+            raise ModelError(f"model version {doc.get('version')!r} is not supported "
+                             f"(this elastore reads {VERSION})", where)
+        try:
+            axes = doc["axes"]
+
+            def arr(v: Any) -> FloatArray:
+                a = np.asarray(v, dtype=np.float64)
+                if not np.all(np.isfinite(a)):
+                    raise ValueError("non-finite number")
+                return a
+
+            load, rr, mig, inter = (arr(axes[k]) for k in
+                                    ("load", "read_ratio", "migration", "interference"))
+            lat = arr(doc["log_latency"])
+            cap = arr(doc["capacity"])
+            slo = doc["slo"]
+            shape = (len(load), len(rr), len(mig), len(inter))
+            if lat.shape != shape or cap.shape != shape[1:]:
+                raise ModelError(f"malformed model document: table shape {lat.shape} does "
+                                 f"not match its axes {shape}", where)
+            model = cls(
+                slo_ms=float(slo["latency_ms"]), percentile=int(slo["percentile"]),
+                load_axis=load, read_axis=rr, migration_axis=mig, interference_axis=inter,
+                log_latency=lat, capacity_table=cap,
+                training=dict(doc.get("training", {})), fit_error=dict(doc.get("fit_error", {})),
+                method=str(doc.get("method", "")),
+            )
+        except ModelError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ModelError(f"malformed model document: {exc!r}", where) from exc
+        for name, a in (("load", load), ("read_ratio", rr), ("migration", mig),
+                        ("interference", inter)):
+            if len(a) > 1 and not np.all(np.diff(a) > 0):
+                raise ModelError(f"malformed model document: axis {name} is not increasing",
+                                 where)
+        if not model.slo_ms > 0:
+            raise ModelError("malformed model document: SLO must be > 0 ms", where)
+        return model
+
+
+def fit_capacity(samples: dict[str, FloatArray], slo_ms: float, percentile: int = 95,
+                 seed: int = 0) -> CapacityModel:
+    """Fit the SLO-border model from profiling samples (one row per server-interval)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+
+    if percentile not in (95, 99):
+        raise ModelError(f"percentile must be 95 or 99, got {percentile}")
+    if not slo_ms > 0:
+        raise ModelError(f"the SLO must be > 0 ms, got {slo_ms}")
+    read = np.asarray(samples["read_rps"], dtype=float)
+    write = np.asarray(samples["write_rps"], dtype=float)
+    mig = np.asarray(samples["migration_mibps"], dtype=float)
+    inter = np.asarray(samples["interference"], dtype=float)
+    lat = np.asarray(samples[f"p{percentile}_ms"], dtype=float)
+    load = read + write
+    n = len(load)
+    if n < 30:
+        raise ModelError(f"{n} samples are too few to learn an SLO border (need >= 30)")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rr = np.where(load > 0, read / np.where(load > 0, load, 1), 1.0)
+    x = np.column_stack([load, rr, mig, inter])
+    # The regression target is the *inverse* latency, in units of the SLO: for a queueing
+    # server 1/latency falls about linearly with load (M/M/1: p95 = q S / (1 - rho)), so a
+    # boosted model follows it closely, whereas log latency has a knee that piecewise-
+    # constant trees smear. Past saturation it is ~0, so timeouts cannot dominate the fit.
+    y = slo_ms / np.maximum(lat, 1e-3)
+    below = float(np.mean(lat <= slo_ms))
+    if below == 0 or below == 1:
+        raise ModelError(
+            f"all samples are {'above' if below == 0 else 'within'} the {slo_ms:g} ms SLO: "
+            "the profile must cross the SLO border to locate it (profile higher loads)"
+            if below == 1 else
+            f"all samples are above the {slo_ms:g} ms SLO: profile lower loads or relax the SLO"
+        )
+    rng = np.random.default_rng(seed)
+    test = rng.random(n) < 0.2
+    params = dict(monotonic_cst=[-1, 0, -1, -1], max_iter=600, learning_rate=0.05,
+                  max_leaf_nodes=31, min_samples_leaf=8, l2_regularization=0.1,
+                  random_state=seed)
+    # Weight the samples near the border: that is where the model is queried.
+    near = np.exp(-0.5 * (np.log(np.maximum(lat, 1e-3) / slo_ms) / BORDER_WIDTH) ** 2)
+    weight = 1.0 + BORDER_WEIGHT * near
+    held = HistGradientBoostingRegressor(**params).fit(x[~test], y[~test],
+                                                       sample_weight=weight[~test])
+    pred_test = held.predict(x[test])
+    est = HistGradientBoostingRegressor(**params).fit(x, y, sample_weight=weight)
+    pred = est.predict(x)
+    lim = 1.0  # inverse latency at the SLO, in SLO units
+
+    def axis(values: FloatArray, k: int, lo: float | None = None) -> FloatArray:
+        """Grid points: the profiled settings themselves when there are at most ``k``
+        distinct ones (a designed sweep), so queries between settings interpolate linearly
+        instead of jumping between tree leaves; else ``k`` evenly spaced points."""
+        distinct = np.unique(np.round(values, 6))
+        if len(distinct) <= k:
+            return distinct.astype(np.float64)
+        a, b = (float(np.min(values)) if lo is None else lo), float(np.max(values))
+        if b <= a:
+            return np.array([a])
+        return np.linspace(a, b, k)
+
+    load_axis = axis(load, GRID["load"], 0.0)
+    read_axis = axis(rr, GRID["read_ratio"])
+    mig_axis = axis(mig, GRID["migration"], 0.0)
+    inter_axis = axis(inter, GRID["interference"], 0.0)
+    mesh = np.stack(np.meshgrid(load_axis, read_axis, mig_axis, inter_axis, indexing="ij"),
+                    axis=-1).reshape(-1, 4)
+    inv = est.predict(mesh).reshape(len(load_axis), len(read_axis), len(mig_axis),
+                                    len(inter_axis))
+    floor = 1.0 / CLIP_X_SLO  # latencies beyond CLIP_X_SLO x SLO are all "violated"
+    table = np.log(slo_ms / np.maximum(inv, floor))
+    log_lat = np.log(np.maximum(lat, 1e-3))
+
+    def log_of(p: FloatArray) -> FloatArray:
+        return np.asarray(np.log(slo_ms / np.maximum(p, floor)))
+
+    clip = math.log(CLIP_X_SLO * slo_ms)
+    fit_error = {
+        "rmse_log_latency_train": float(np.sqrt(np.mean(
+            (log_of(pred) - np.minimum(log_lat, clip)) ** 2))),
+        "rmse_log_latency_heldout": float(np.sqrt(np.mean(
+            (log_of(pred_test) - np.minimum(log_lat[test], clip)) ** 2))),
+        "slo_classification_accuracy_heldout": float(
+            np.mean((pred_test >= lim) == (y[test] >= lim))),
+    }
+    training = {
+        "samples": n,
+        "within_slo_fraction": below,
+        "load_rps": [float(load.min()), float(load.max())],
+        "read_ratio": [float(rr.min()), float(rr.max())],
+        "migration_mibps": [float(mig.min()), float(mig.max())],
+        "interference": [float(inter.min()), float(inter.max())],
+        f"p{percentile}_ms": [float(lat.min()), float(lat.max())],
+    }
+    return CapacityModel(
+        slo_ms=slo_ms, percentile=percentile, load_axis=load_axis, read_axis=read_axis,
+        migration_axis=mig_axis, interference_axis=inter_axis, log_latency=table,
+        training=training, fit_error=fit_error,
+    )

@@ -1,0 +1,145 @@
+"""``elastore models ...``: fit, query and show capacity and bandwidth models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import numpy as np
+
+from elastore.cli import ElastoreGroup, emit_json, log
+from elastore.models.bundle import ModelSet, fit_models
+
+
+@click.group(cls=ElastoreGroup)
+def models() -> None:
+    """Learn the SLO border and BwMan's bandwidth models from profiling samples.
+
+    \b
+    Example:
+      elastore models fit --samples experiments/profiles/perf.csv --slo-ms 30 -o model.json
+      elastore models query model.json --read-ratio 0.95 --json
+    """
+
+
+@models.command("fit")
+@click.option("--samples", type=click.Path(path_type=Path), required=True,
+              help="CSV: read_rps,write_rps,migration_mibps,interference,p95_ms,p99_ms "
+                   "(one row per server per interval).")
+@click.option("--bandwidth", type=click.Path(path_type=Path), default=None,
+              help="CSV: client_mbit,served_rps and/or migration_mbit,migration_mibps.")
+@click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="Latency SLO, milliseconds.")
+@click.option("--percentile", type=click.Choice(["95", "99"]), default="95", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+def fit_cmd(samples: Path, bandwidth: Path | None, slo_ms: float, percentile: str,
+            output: Path) -> None:
+    """Fit the models and write one versioned JSON model file.
+
+    \b
+    Example:
+      elastore models fit --samples perf.csv --bandwidth bw.csv --slo-ms 30 -o model.json
+    """
+    log.info("fitting the SLO border (p%s <= %g ms) from %s ...", percentile, slo_ms, samples)
+    ms = fit_models(samples, slo_ms, int(percentile), bandwidth)
+    ms.save(output)
+    cap = ms.capacity
+    err = cap.fit_error
+    top = float(cap.capacity(cap.read_axis[-1]))
+    click.echo(f"wrote {output}: {cap.training['samples']} samples, held-out SLO accuracy "
+               f"{err['slo_classification_accuracy_heldout']:.1%}, capacity at read ratio "
+               f"{cap.read_axis[-1]:g} without migration {top:.0f} requests/s per server")
+
+
+@models.command("query")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--read-ratio", type=click.FloatRange(0, 1), required=True)
+@click.option("--migration-mibps", type=click.FloatRange(min=0), default=0.0, show_default=True)
+@click.option("--interference", type=click.FloatRange(0, 1), default=0.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def query_cmd(model: Path, read_ratio: float, migration_mibps: float, interference: float,
+              as_json: bool) -> None:
+    """Capacity per server under the SLO, and the migration rate still allowed at 80 % of it.
+
+    \b
+    Example:
+      elastore models query model.json --read-ratio 0.95 --migration-mibps 5 --json
+    """
+    ms = ModelSet.load(model)
+    cap = float(ms.capacity.capacity(read_ratio, migration_mibps, interference))
+    mig = float(ms.capacity.max_migration_rate(0.8 * cap, read_ratio, interference))
+    inside = ms.capacity.in_profile(cap, read_ratio, migration_mibps, interference)
+    if not inside:
+        log.warning("query outside the profiled region: values are clamped to its edge")
+    if as_json:
+        emit_json({"capacity_rps": cap, "max_migration_mibps": mig})
+    else:
+        click.echo(f"capacity {cap:.1f} requests/s per server (p{ms.capacity.percentile} <= "
+                   f"{ms.capacity.slo_ms:g} ms); at 80 % of it migration may run at "
+                   f"{mig:.2f} MiB/s per server")
+
+
+@models.command("show")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="PNG of the SLO-border curves.")
+def show_cmd(model: Path, plot: Path | None) -> None:
+    """Summarise a model file; --plot draws the SLO border for several migration rates and
+    interference levels (reads/s against writes/s, as the paper's Figs 5.13 and 5.24).
+
+    \b
+    Example:
+      elastore models show model.json --plot border.png
+    """
+    ms = ModelSet.load(model)
+    c = ms.capacity
+    lines = [f"model     {model}", f"method    {c.method}",
+             f"SLO       p{c.percentile} <= {c.slo_ms:g} ms",
+             f"training  {c.training}", f"fit error {c.fit_error}",
+             f"grid      load {len(c.load_axis)} x read ratio {len(c.read_axis)} x migration "
+             f"{len(c.migration_axis)} x interference {len(c.interference_axis)}"]
+    for r in (c.read_axis[0], c.read_axis[-1]):
+        row = ", ".join(f"{m:g} MiB/s: {float(c.capacity(r, m, 0)):.0f}"
+                        for m in c.migration_axis[:: max(1, len(c.migration_axis) // 4)])
+        lines.append(f"capacity  read ratio {r:g}, no interference: {row} (requests/s/server)")
+    bw = ms.bandwidth
+    if bw.client is not None:
+        lines.append(f"bwman     clients: {bw.client(10):.0f} req/s at 10 Mbit/s, "
+                     f"{bw.client(50):.0f} at 50 Mbit/s")
+    if bw.migration is not None:
+        lines.append(f"bwman     migration: {bw.migration(80):.1f} MiB/s at 80 Mbit/s")
+    click.echo("\n".join(lines))
+    if plot is not None:
+        _plot(ms, plot)
+        click.echo(f"plot: {plot}")
+
+
+def _plot(ms: ModelSet, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = ms.capacity
+    ratios = np.linspace(c.read_axis[0], c.read_axis[-1], 40)
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    migs = np.unique(np.quantile(c.migration_axis, [0, 0.25, 0.5, 0.75]))
+    for m in migs:
+        cap = c.capacity(ratios, m, 0.0)
+        axes[0].plot(cap * (1 - ratios), cap * ratios, label=f"migration {m:.1f} MiB/s")
+    axes[0].set_title(f"SLO border (p{c.percentile} <= {c.slo_ms:g} ms), no interference")
+    inters = np.unique(np.quantile(c.interference_axis, [0, 0.33, 0.66, 1]))
+    for i in inters:
+        cap = c.capacity(ratios, 0.0, i)
+        axes[1].plot(cap * (1 - ratios), cap * ratios, label=f"interference {i:.2f}")
+    axes[1].set_title("SLO border, no migration, by interference index")
+    for ax in axes:
+        ax.set_xlabel("writes per second per server")
+        ax.set_ylabel("reads per second per server")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

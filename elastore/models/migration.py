@@ -1,0 +1,117 @@
+"""The data-migration-time model (reference text, 5.3.1, "The Analytical Model").
+
+Going from N to N + n servers moves |D/N - D/(N+n)| x N bytes in all; every server moves
+its |D/N - D/(N+n)| share in parallel, at the fastest rate f() that keeps the SLO under the
+effective load L_eff = (L + L_pred) / 2 (the mean of a linear ramp), or under a given load
+path. That is ``mode="parallel"``, the paper's model.
+
+Cassandra changes topology one node at a time, and the two directions differ:
+* a bootstrap (scale-out by one, N -> N+1) streams D/(N+1) to the new node from all N
+  existing nodes in parallel, each sending D/(N(N+1)) at its own rate f();
+* a decommission (N -> N-1) streams the leaving node's D/N from that one node.
+``mode="node-by-node"`` chains these steps, each at the load of its own moment, plus a
+fixed per-node overhead (boot, joining the ring, settling).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from elastore.models.capacity import CapacityModel, ModelError
+from elastore.units import MIB
+
+
+def data_to_move_bytes(data_bytes: float, n_from: int, n_to: int) -> float:
+    """Total bytes moved going from ``n_from`` to ``n_to`` servers: |D/N - D/(N+n)| N."""
+    if n_from < 1 or n_to < 1:
+        raise ModelError(f"server counts must be >= 1 (got {n_from} -> {n_to})")
+    return abs(data_bytes / n_from - data_bytes / n_to) * n_from
+
+
+@dataclass(frozen=True)
+class MigrationEstimate:
+    seconds: float
+    bytes_moved: float
+    rate_mibps: float  # per sending server, the slowest step's
+    steps: tuple[float, ...]  # seconds of each node step (node-by-node), or one entry
+    feasible: bool  # False when the SLO leaves no migration rate at some step
+    reason: str
+
+
+@dataclass(frozen=True)
+class MigrationModel:
+    capacity: CapacityModel
+    mode: str = "node-by-node"  # or "parallel" (the paper)
+    node_overhead_s: float = 0.0
+    min_mibps: float = 0.0  # floor a policy guarantees migration (may break the SLO)
+    max_mibps: float = math.inf  # ceiling (policy, or the BwMan split)
+
+    def rate(self, load_per_server_rps: float, read_ratio: float, interference: float) -> float:
+        """f() within the policy's floor and ceiling, MiB/s per sending server."""
+        f = float(self.capacity.max_migration_rate(load_per_server_rps, read_ratio, interference))
+        return float(min(max(f, self.min_mibps), self.max_mibps))
+
+    def estimate(self, data_bytes: float, n_from: int, n_to: int, load_rps: float,
+                 load_pred_rps: float | None = None, read_ratio: float = 1.0,
+                 interference: float = 0.0,
+                 load_path: Callable[[float], float] | None = None) -> MigrationEstimate:
+        """Seconds to go from ``n_from`` to ``n_to`` servers.
+
+        The load during the change is ``load_path(fraction_done)`` when given, else the
+        linear ramp from ``load_rps`` to ``load_pred_rps`` (parallel mode uses its mean).
+        """
+        if n_from == n_to:
+            return MigrationEstimate(0.0, 0.0, 0.0, (), True, "no change")
+        if data_bytes < 0 or not math.isfinite(data_bytes):
+            raise ModelError(f"data size must be a finite number >= 0 bytes, got {data_bytes}")
+        pred = load_rps if load_pred_rps is None else load_pred_rps
+
+        def load_at(frac: float) -> float:
+            if load_path is not None:
+                return float(load_path(frac))
+            return load_rps + (pred - load_rps) * frac
+
+        total = data_to_move_bytes(data_bytes, n_from, n_to)
+        if self.mode == "parallel":
+            eff = (load_rps + pred) / 2 if load_path is None else float(
+                np.mean([load_at(f) for f in np.linspace(0, 1, 11)]))
+            serving = min(n_from, n_to)
+            f = self.rate(eff / serving, read_ratio, interference)
+            per_server = abs(data_bytes / n_from - data_bytes / n_to)
+            if f <= 0:
+                return MigrationEstimate(math.inf, total, 0.0, (math.inf,), False,
+                                         f"no migration rate keeps the SLO at "
+                                         f"{eff / serving:.0f} req/s per server")
+            secs = per_server / (f * MIB) + self.node_overhead_s
+            return MigrationEstimate(secs, total, f, (secs,), True,
+                                     f"{per_server / MIB:.0f} MiB per server at {f:.1f} MiB/s")
+        if self.mode != "node-by-node":
+            raise ModelError(f"unknown migration mode {self.mode!r}")
+        step = 1 if n_to > n_from else -1
+        n = np.arange(n_from, n_to, step, dtype=np.float64)  # servers before each step
+        frac = (np.arange(len(n)) + 0.5) / len(n)  # each step at the load of its midpoint
+        if load_path is not None:
+            loads = np.array([float(load_path(f)) for f in frac])
+        else:
+            loads = load_rps + (pred - load_rps) * frac
+        rates = np.clip(np.asarray(self.capacity.max_migration_rate(
+            loads / n, read_ratio, interference)), self.min_mibps, self.max_mibps)
+        # bootstrap: n senders, each D/n - D/(n+1); decommission: one sender, its D/n
+        per_sender = data_bytes / n - data_bytes / (n + 1) if step > 0 else data_bytes / n
+        with np.errstate(divide="ignore"):
+            steps = np.where(rates > 0, per_sender / (np.maximum(rates, 1e-12) * MIB)
+                             + self.node_overhead_s, math.inf)
+        feasible = bool(np.all(rates > 0))
+        secs = float(steps.sum())
+        kind = "bootstraps" if step > 0 else "decommissions"
+        slowest = float(rates.min())
+        return MigrationEstimate(
+            secs, total, slowest, tuple(float(v) for v in steps), feasible,
+            f"{len(n)} {kind}, {total / MIB:.0f} MiB moved, slowest rate {slowest:.1f} MiB/s"
+            if feasible else
+            f"{len(n)} {kind}: the SLO leaves no migration rate at some step",
+        )

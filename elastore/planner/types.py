@@ -1,0 +1,137 @@
+"""Plain data in and out of the planner. Times are seconds on the caller's clock."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from elastore.models.bandwidth import Allocation, Policy
+from elastore.models.capacity import ModelError
+
+MergeRule = Literal["elastore", "pseudocode"]
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    min_replicas: int
+    max_replicas: int
+    replication_factor: int = 3
+    window_s: float = 600.0  # the control period (prediction window)
+    headroom: float = 0.1  # fraction of each server's capacity kept free
+    one_at_a_time: bool = True  # Cassandra: bootstrap/decommission node by node
+    migration_mode: Literal["node-by-node", "parallel"] = "node-by-node"
+    node_overhead_s: float = 0.0  # per node step: boot, ring join, settle
+    scale_down_stabilization_s: float = 300.0
+    policy: Policy = Policy.PREFER_CLIENTS
+    min_migration_mibps: float = 0.0
+    max_migration_mibps: float = math.inf
+    total_bandwidth_mbit: float | None = None  # per server; enables the BwMan split
+    merge: MergeRule = "elastore"
+    reactive: bool = True
+
+    def validate(self) -> None:
+        problems = []
+        if self.min_replicas < 1:
+            problems.append(f"min replicas {self.min_replicas} < 1")
+        if self.max_replicas < self.min_replicas:
+            problems.append(f"max replicas {self.max_replicas} < min {self.min_replicas}")
+        if self.replication_factor < 1:
+            problems.append(f"replication factor {self.replication_factor} < 1")
+        if self.max_replicas < self.replication_factor:
+            problems.append(f"max replicas {self.max_replicas} < replication factor "
+                            f"{self.replication_factor}")
+        if not self.window_s > 0:
+            problems.append(f"window {self.window_s} s is not > 0")
+        if not 0 <= self.headroom < 1:
+            problems.append(f"headroom {self.headroom} not in [0, 1)")
+        if self.min_migration_mibps < 0 or self.max_migration_mibps <= 0 or (
+                self.min_migration_mibps > self.max_migration_mibps):
+            problems.append("migration rate bounds must satisfy 0 <= min <= max, max > 0")
+        if self.merge not in ("elastore", "pseudocode"):
+            problems.append(f"unknown merge rule {self.merge!r}")
+        if problems:
+            raise ModelError("invalid planner configuration: " + "; ".join(problems))
+
+    @property
+    def floor(self) -> int:
+        """Never fewer servers than this: min replicas and the replication factor."""
+        return max(self.min_replicas, self.replication_factor)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A topology change already under way (persisted by the operator in the CR status)."""
+
+    from_replicas: int
+    to_replicas: int
+    started_s: float
+    expected_end_s: float
+
+    @property
+    def direction(self) -> int:
+        return (self.to_replicas > self.from_replicas) - (self.to_replicas < self.from_replicas)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the planner knows at the start of a window (``now_s`` = t_s)."""
+
+    now_s: float
+    replicas: int  # servers serving now
+    load_rps: float  # observed client load now, W(t_s)
+    forecast_rps: float  # forecast for the window end t_e = now + window
+    read_ratio: float
+    data_bytes: float  # D, all data stored (with replicas)
+    interference: float = 0.0
+    predicted_now_rps: float | None = None  # the forecast made a window ago for now
+    operation: Operation | None = None
+    recent_desired: tuple[tuple[float, int], ...] = ()  # (time, desired) of past plans
+
+    def validate(self) -> None:
+        for name in ("load_rps", "forecast_rps", "read_ratio", "data_bytes", "interference"):
+            v = getattr(self, name)
+            if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
+                raise ModelError(f"observation {name} must be a finite number >= 0, got {v!r} "
+                                 "(a missing metric is an error, never 0)")
+        if self.predicted_now_rps is not None and (
+                not math.isfinite(self.predicted_now_rps) or self.predicted_now_rps < 0):
+            raise ModelError(f"predicted_now_rps must be finite and >= 0, got "
+                             f"{self.predicted_now_rps!r}")
+        if self.read_ratio > 1 or self.interference > 1:
+            raise ModelError("read_ratio and interference are fractions in [0, 1]")
+        if self.replicas < 1:
+            raise ModelError(f"replicas must be >= 1, got {self.replicas}")
+
+
+@dataclass(frozen=True)
+class Action:
+    at_s: float
+    replicas: int  # the target once this action completes
+    source: Literal["reactive", "proactive", "merged"]
+    reason: str
+    expected_end_s: float = math.nan
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Plan:
+    now_s: float
+    window_end_s: float
+    actions: tuple[Action, ...]
+    desired_replicas: int  # at the window end
+    migration_mibps: float  # per server, to enforce during the actions
+    bandwidth: Allocation | None
+    queued: bool  # actions wait for an operation in progress
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def replicas_at(self, t_s: float, current: int) -> int:
+        """The target in force at ``t_s`` (the last action started by then)."""
+        target = current
+        for a in self.actions:
+            if a.at_s <= t_s:
+                target = a.replicas
+        return target

@@ -1,0 +1,292 @@
+"""Capacity, BwMan and migration models."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from elastore.cli import cli, register
+from elastore.models import (
+    BandwidthModels,
+    MigrationModel,
+    ModelError,
+    ModelSet,
+    Policy,
+    data_to_move_bytes,
+    fit_capacity,
+)
+from elastore.models.bandwidth import fit_bandwidth
+from elastore.models.synthetic import LatencyLaw, bandwidth_profile, sample_profile
+from elastore.units import MBIT_PER_MIBPS, mbit_to_mibps, mibps_to_mbit
+
+register()
+LAW = LatencyLaw()
+SLO = 30.0
+
+
+@pytest.fixture(scope="module")
+def model_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("models")
+    pd.DataFrame(sample_profile(LAW, seed=1)).to_csv(d / "perf.csv", index=False)
+    pd.DataFrame(bandwidth_profile(seed=1)).to_csv(d / "bw.csv", index=False)
+    res = CliRunner().invoke(cli, ["models", "fit", "--samples", str(d / "perf.csv"),
+                                   "--bandwidth", str(d / "bw.csv"), "--slo-ms", str(SLO),
+                                   "-o", str(d / "model.json")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return d / "model.json", d
+
+
+@pytest.fixture(scope="module")
+def ms(model_files: tuple[Path, Path]) -> ModelSet:
+    return ModelSet.load(model_files[0])
+
+
+def test_units_one_place() -> None:
+    assert pytest.approx(8.388608) == MBIT_PER_MIBPS
+    assert mibps_to_mbit(1) == pytest.approx(8.388608)
+    assert mbit_to_mibps(mibps_to_mbit(12.5)) == pytest.approx(12.5)
+
+
+def test_fit_and_query_recover_a_known_law(model_files: tuple[Path, Path]) -> None:
+    """models fit + models query recover the law's capacity within 10 %, on and between
+    the profiled settings, wherever a server still has a quarter of its peak capacity."""
+    path, _ = model_files
+    peak = LAW.capacity_rps(1.0, 0, 0, SLO)
+    errors = []
+    for r in (1.0, 0.95, 0.8, 0.6, 0.5):
+        for m in (0.0, 2.5, 7.5, 10.0, 20.0):
+            for i in (0.0, 0.3, 0.5, 0.7):
+                truth = LAW.capacity_rps(r, m, i, SLO)
+                if truth < 0.25 * peak:
+                    continue
+                res = CliRunner().invoke(cli, [
+                    "models", "query", str(path), "--read-ratio", str(r), "--migration-mibps",
+                    str(m), "--interference", str(i), "--json"], catch_exceptions=False)
+                got = json.loads(res.stdout)
+                assert set(got) == {"capacity_rps", "max_migration_mibps"}
+                errors.append(got["capacity_rps"] / truth - 1)
+                assert abs(got["capacity_rps"] / truth - 1) <= 0.10, (r, m, i, got, truth)
+    assert len(errors) >= 40
+    assert np.mean(np.abs(errors)) < 0.05
+
+
+def test_query_max_migration_is_f_at_80_percent(ms: ModelSet) -> None:
+    c = float(ms.capacity.capacity(0.9, 0, 0.2))
+    f = float(ms.capacity.max_migration_rate(0.8 * c, 0.9, 0.2))
+    assert f > 0
+    # at that migration rate, 80 % of the capacity is just what the SLO allows
+    assert float(ms.capacity.capacity(0.9, f, 0.2)) == pytest.approx(0.8 * c, rel=0.05)
+    # and the law agrees within 15 % (the model is an estimate)
+    truth_rho = 0.8 * c * LAW.service_ms(0.9, 0.2) / 1000
+    truth_f = (1 - math.log(20) * float(LAW.service_ms(0.9, 0.2)) / SLO - truth_rho) * (
+        LAW.m_full_mibps / (1 + 0.2))
+    assert f == pytest.approx(truth_f, rel=0.15)
+
+
+@settings(max_examples=200, deadline=None)
+@given(r=st.floats(0.4, 1.0), m1=st.floats(0, 30), m2=st.floats(0, 30), i1=st.floats(0, 1),
+       i2=st.floats(0, 1))
+def test_capacity_monotone_in_migration_and_interference(
+    ms: ModelSet, r: float, m1: float, m2: float, i1: float, i2: float
+) -> None:
+    lo_m, hi_m = sorted((m1, m2))
+    lo_i, hi_i = sorted((i1, i2))
+    c = ms.capacity
+    assert float(c.capacity(r, hi_m, lo_i)) <= float(c.capacity(r, lo_m, lo_i)) + 1e-9
+    assert float(c.capacity(r, lo_m, hi_i)) <= float(c.capacity(r, lo_m, lo_i)) + 1e-9
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=st.floats(0, 1e6), b=st.floats(0, 1e6), r=st.floats(0.5, 1), i=st.floats(0, 0.5),
+       h=st.floats(0, 0.5))
+def test_servers_needed_monotone_in_load(
+    ms: ModelSet, a: float, b: float, r: float, i: float, h: float
+) -> None:
+    lo, hi = sorted((a, b))
+    c = ms.capacity
+    assert c.servers_needed(lo, r, i, h) <= c.servers_needed(hi, r, i, h)
+    n = c.servers_needed(hi, r, i, h)
+    assert hi / n <= float(c.capacity(r, 0, i)) * (1 - h) + 1e-6  # every server under the border
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.floats(0, 600), b=st.floats(0, 600), r=st.floats(0.5, 1), i=st.floats(0, 0.7))
+def test_max_migration_rate_falls_with_load(
+    ms: ModelSet, a: float, b: float, r: float, i: float
+) -> None:
+    lo, hi = sorted((a, b))
+    f = ms.capacity.max_migration_rate
+    assert float(f(hi, r, i)) <= float(f(lo, r, i)) + 1e-9
+    assert float(f(hi, r, i)) >= 0
+
+
+def test_latency_rises_with_migration(ms: ModelSet) -> None:
+    lat = ms.capacity.latency_ms(200, 0.9, np.array([0, 5, 10, 20]), 0.0)
+    assert np.all(np.diff(lat) >= 0) and lat[-1] > lat[0]
+
+
+def test_model_file_is_plain_versioned_json(model_files: tuple[Path, Path]) -> None:
+    path, _ = model_files
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "elastore.models" and doc["version"] == 1
+    cap = doc["capacity"]
+    assert cap["slo"] == {"latency_ms": SLO, "percentile": 95}
+    assert cap["units"]["capacity"] == "requests/s per server"
+    assert cap["training"]["samples"] > 1000 and "slo_classification_accuracy_heldout" in cap[
+        "fit_error"]
+    assert doc["bandwidth"]["client"]["x_unit"] == "Mbit/s"
+    assert path.stat().st_size < 1_000_000  # fits a Kubernetes ConfigMap
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.update(format="pickle"), "not an elastore.models document"),
+        (lambda d: d.update(version=2), "version 2 is not supported"),
+        (lambda d: d["capacity"].update(log_latency=[[1.0]]), "table shape"),
+        (lambda d: d["capacity"]["axes"].update(load=d["capacity"]["axes"]["load"][::-1]),
+         "not increasing"),
+        (lambda d: d["capacity"]["slo"].update(latency_ms=-1), "SLO must be > 0"),
+        (lambda d: d["capacity"].pop("capacity"), "malformed model document"),
+        (lambda d: d["bandwidth"]["client"].update(y=[5, 1, 2]), "malformed bandwidth"),
+    ],
+)
+def test_untrusted_model_documents_are_rejected(
+    model_files: tuple[Path, Path], mutate: object, message: str
+) -> None:
+    path, _ = model_files
+    doc = json.loads(path.read_text())
+    mutate(doc)  # type: ignore[operator]
+    with pytest.raises(ModelError, match=message):
+        ModelSet.loads(json.dumps(doc))
+
+
+def test_nan_in_model_rejected(model_files: tuple[Path, Path]) -> None:
+    text = model_files[0].read_text().replace('"capacity":[[', '"capacity":[[NaN,', 1)
+    with pytest.raises(ModelError):
+        ModelSet.loads(text)
+    with pytest.raises(ModelError, match="not JSON"):
+        ModelSet.loads(b"\x80\x04\x95pickle")
+
+
+def test_models_fit_bad_inputs(tmp_path: Path) -> None:
+    runner = CliRunner()
+    (tmp_path / "p.csv").write_text("read_rps,write_rps\n1,2\n")
+    res = runner.invoke(cli, ["models", "fit", "--samples", str(tmp_path / "p.csv"),
+                              "--slo-ms", "30", "-o", str(tmp_path / "m.json")])
+    assert res.exit_code == 1 and "missing column(s) migration_mibps" in res.output
+    frame = pd.DataFrame(sample_profile(LAW, load_steps=4)).astype(object)
+    frame.loc[5, "p95_ms"] = "slow"
+    frame.to_csv(tmp_path / "q.csv", index=False)
+    res = runner.invoke(cli, ["models", "fit", "--samples", str(tmp_path / "q.csv"),
+                              "--slo-ms", "30", "-o", str(tmp_path / "m.json")])
+    assert res.exit_code == 1 and "q.csv:7: non-numeric value in 'p95_ms' 'slow'" in res.output
+    frame = pd.DataFrame(sample_profile(LAW, load_steps=4))
+    frame["p95_ms"] = 1.0
+    frame.to_csv(tmp_path / "r.csv", index=False)
+    res = runner.invoke(cli, ["models", "fit", "--samples", str(tmp_path / "r.csv"),
+                              "--slo-ms", "30", "-o", str(tmp_path / "m.json")])
+    assert res.exit_code == 1 and "must cross the SLO border" in res.output
+    assert not (tmp_path / "m.json").exists()
+    res = runner.invoke(cli, ["models", "query", str(tmp_path / "none.json"), "--read-ratio",
+                              "0.9"])
+    assert res.exit_code == 1 and "no such model file" in res.output
+
+
+def test_models_show_plot(model_files: tuple[Path, Path], tmp_path: Path) -> None:
+    path, _ = model_files
+    res = CliRunner().invoke(cli, ["models", "show", str(path), "--plot",
+                                   str(tmp_path / "b.png")], catch_exceptions=False)
+    assert res.exit_code == 0 and "SLO       p95 <= 30 ms" in res.output
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- BwMan ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def bw() -> BandwidthModels:
+    return fit_bandwidth(bandwidth_profile(seed=2))
+
+
+def test_bandwidth_regressions(bw: BandwidthModels) -> None:
+    assert bw.client is not None and bw.migration is not None
+    assert bw.client(10) == pytest.approx(120, rel=0.1)  # 12 req/s per Mbit/s
+    assert bw.client(90) == pytest.approx(700, rel=0.1)  # the CPU ceiling
+    assert bw.client_mbit_for(240) == pytest.approx(20, rel=0.1)
+    assert math.isinf(bw.client_mbit_for(5000))  # beyond anything measured
+    assert bw.migration(mibps_to_mbit(10)) == pytest.approx(9.2, rel=0.1)
+
+
+def test_split_both_fit_spare_to_preferred(bw: BandwidthModels) -> None:
+    a = bw.split(100, 240, 2.0, Policy.PREFER_CLIENTS)
+    assert a.clients_satisfied and a.migration_satisfied
+    assert a.client_mbit + a.migration_mbit == pytest.approx(100)
+    assert a.client_mbit > a.client_needed_mbit
+    assert a.migration_mibps == pytest.approx(2.0, rel=0.05)
+    b = bw.split(100, 240, 2.0, Policy.PREFER_MIGRATION)
+    assert b.migration_mbit > b.migration_needed_mbit and b.clients_satisfied
+
+
+def test_split_short_total_follows_policy(bw: BandwidthModels) -> None:
+    a = bw.split(30, 300, 3.0, Policy.PREFER_CLIENTS)  # clients need ~25, migration ~27
+    assert a.clients_satisfied and not a.migration_satisfied
+    assert a.migration_mbit == pytest.approx(30 - a.client_mbit)
+    assert a.migration_mibps < 3.0 and "PreferClients" in a.reason
+    b = bw.split(30, 300, 3.0, Policy.PREFER_MIGRATION)
+    assert b.migration_satisfied and not b.clients_satisfied
+    assert b.migration_mibps == pytest.approx(3.0, rel=0.05)
+    with pytest.raises(ModelError):
+        bw.split(0, 1, 1)
+
+
+# -- migration time -----------------------------------------------------------------------
+def test_data_to_move() -> None:
+    gib = 2**30
+    # 3 -> 4: each of the 3 servers hands over 4 - 3 = 1 GiB (the new one gets 3 GiB)
+    assert data_to_move_bytes(12 * gib, 3, 4) == pytest.approx(3 * gib)
+    # 4 -> 3: |3 - 4| x 4 = 4 GiB by the paper's formula
+    assert data_to_move_bytes(12 * gib, 4, 3) == pytest.approx(4 * gib)
+
+
+def test_migration_time_modes(ms: ModelSet) -> None:
+    d = 30 * 2**30
+    par = MigrationModel(ms.capacity, mode="parallel")
+    nbn = MigrationModel(ms.capacity, mode="node-by-node")
+    kw = dict(load_rps=600.0, load_pred_rps=900.0, read_ratio=0.95)
+    out_p = par.estimate(d, 3, 4, **kw)
+    out_n = nbn.estimate(d, 3, 4, **kw)
+    # one bootstrap: each of the 3 senders moves D/3 - D/4, in parallel: the same time
+    assert out_p.seconds == pytest.approx(out_n.seconds, rel=0.05)
+    # a decommission streams the leaving node's D/4 from one node: much slower than the
+    # paper's all-parallel model
+    dec_n = nbn.estimate(d, 4, 3, **kw)
+    dec_p = par.estimate(d, 4, 3, **kw)
+    assert dec_n.seconds > 1.5 * dec_p.seconds
+    # more load leaves less rate: slower
+    busy = nbn.estimate(d, 3, 4, load_rps=1000.0, load_pred_rps=1000.0, read_ratio=0.95)
+    assert busy.seconds > out_n.seconds
+    # at the SLO border nothing can move
+    full = nbn.estimate(d, 3, 4, load_rps=1300.0, load_pred_rps=1300.0, read_ratio=0.95)
+    assert not full.feasible and math.isinf(full.seconds)
+    # the policy floor guarantees progress even then
+    floor = MigrationModel(ms.capacity, min_mibps=1.0).estimate(
+        d, 3, 4, load_rps=1300.0, load_pred_rps=1300.0, read_ratio=0.95)
+    assert floor.feasible and floor.rate_mibps == 1.0
+    # a load path instead of the linear ramp
+    path = nbn.estimate(d, 3, 6, load_rps=0, read_ratio=0.95, load_path=lambda f: 900.0)
+    flat = nbn.estimate(d, 3, 6, load_rps=900.0, load_pred_rps=900.0, read_ratio=0.95)
+    assert path.seconds == pytest.approx(flat.seconds) and len(path.steps) == 3
+
+
+def test_capacity_fit_refuses_too_few_samples() -> None:
+    s = sample_profile(LAW, load_steps=1, read_ratios=(1.0,), migrations_mibps=(0,),
+                       interferences=(0,))
+    with pytest.raises(ModelError, match="too few"):
+        fit_capacity(s, SLO)
