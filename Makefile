@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 .PHONY: demo test lint typecheck unit clean help
 
 help:
-	@echo "make demo   - create .venv, install, run the main job on the built-in default trace"
+	@echo "make demo   - create .venv, install, run the main job (elastore simulate) on the built-in default trace"
 	@echo "make test   - install everything the suites need, then lint, type-check and test"
 
 $(VENV)/bin/python:
@@ -19,7 +19,7 @@ $(VENV)/bin/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 $(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
-	$(BIN)/pip install -q -e '.[predict,models]'
+	$(BIN)/pip install -q -e .
 	@touch $@
 
 $(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
@@ -27,7 +27,7 @@ $(TEST_STAMP): pyproject.toml | $(VENV)/bin/python
 	@touch $@
 
 demo: $(DEMO_STAMP)
-	$(BIN)/elastore demo
+	$(BIN)/elastore simulate
 
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check elastore tests benchmarks

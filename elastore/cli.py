@@ -106,7 +106,7 @@ def cli(verbose: int, quiet: bool) -> None:
 
     \b
     Examples:
-      elastore demo                      # the main job on its built-in default
+      elastore simulate                  # the main job on its built-in default
       elastore trace inspect             # summary of the built-in Wikipedia trace
       elastore trace build PAGES.csv.gz -o workload.json.gz
     """
@@ -120,12 +120,12 @@ def main() -> None:
 
 def register() -> None:
     """Attach every command group (imported late so ``--help`` stays fast)."""
-    from elastore.demo import demo_cmd
     from elastore.models.cli import models
     from elastore.predictor.cli import predict
+    from elastore.sim.cli import simulate_cmd
     from elastore.traces.cli import trace
 
-    for cmd in (trace, predict, models, demo_cmd):
+    for cmd in (trace, predict, models, simulate_cmd):
         cli.add_command(cmd)
 
 

@@ -11,12 +11,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from elastore.cli import cli
-from elastore.demo import demo_cmd
-from elastore.traces.cli import trace
+from elastore.cli import cli, register
 
-cli.add_command(trace)
-cli.add_command(demo_cmd)
+register()
 
 
 def all_commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -68,12 +65,3 @@ def test_console_script_runs_as_module() -> None:
     res = subprocess.run([sys.executable, "-m", "elastore", "--version"], capture_output=True,
                          text=True, check=True)
     assert "elastore" in res.stdout
-
-
-def test_demo_writes_a_report(tmp_path: Path) -> None:
-    res = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "rep")],
-                             catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    assert "360 hours" in res.output and "seasonal-naive-168" in res.output
-    png = tmp_path / "rep" / "forecast.png"
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -51,10 +51,16 @@ def test_fig_5_15_a_both_plans_fit_in_the_window(ms: ModelSet) -> None:
     proactive = [a for a in p.actions if a.source == "proactive"]
     assert [a.replicas for a in reactive] == [9] and reactive[0].at_s == 0.0
     assert [a.replicas for a in proactive] == [10, 11]
-    # the proactive plan starts at the last moment that still finishes by the window end
-    assert proactive[0].at_s == pytest.approx(600 - p.details["t_proactive_s"])
-    assert proactive[-1].expected_end_s == pytest.approx(600.0)
-    assert proactive[0].at_s >= reactive[0].expected_end_s
+    # the proactive plan waits, then each node is ready by its own deadline: when the load
+    # ramp would exceed what the servers before it carry, at the latest the window end
+    assert proactive[0].at_s > reactive[0].expected_end_s
+    assert proactive[-1].expected_end_s <= 600.0 + 1e-6
+    assert all("(late)" not in a.reason for a in proactive)
+    slope = (o.forecast_rps - o.load_rps) / 600
+    usable = float(ms.capacity.capacity(0.95, 0.0, 0)) * 0.9
+    for a in proactive:
+        deadline = min(600.0, (( a.replicas - 1) * usable - o.load_rps) / slope)
+        assert a.expected_end_s <= deadline + 1e-6
     assert p.desired_replicas == 11 and p.migration_mibps > 0
 
 
@@ -148,8 +154,10 @@ def test_plans_never_break_min_max_or_rf(
             a.replicas < floor and a.replicas > prev) or (
             a.replicas > c.max_replicas and a.replicas < prev)
         prev = a.replicas
-    if p.actions:
-        assert floor <= p.desired_replicas <= c.max_replicas
+    if p.actions:  # within the bounds, or on its way there from outside them
+        d = p.desired_replicas
+        assert floor <= d <= c.max_replicas or (d > c.max_replicas and d < replicas) or (
+            d < floor and d > replicas)
 
 
 @settings(max_examples=150, deadline=None)

@@ -9,20 +9,17 @@ import numpy as np
 import pandas as pd
 from click.testing import CliRunner
 
-from elastore.cli import cli, main  # noqa: F401  (main registers the groups)
+from elastore.cli import cli, register
 from elastore.traces import builtin_trace_path, read_pages_csv
 from elastore.traces.workload import BuildParams, Workload, build_workload
 
+register()
+
 
 def run(args: list[str]) -> str:
-    from elastore.demo import demo_cmd
-    from elastore.traces.cli import trace
-
-    cli.add_command(trace)
-    cli.add_command(demo_cmd)
     res = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    return res.output
+    return res.stdout
 
 
 def test_builtin_trace_is_the_shared_file(all_projects_csv: Path) -> None:

@@ -131,15 +131,43 @@ class CapacityModel:
     def latency_ms(self, load_rps: Any, read_ratio: Any, migration_mibps: Any = 0.0,
                    interference: Any = 0.0) -> FloatArray:
         """Predicted percentile latency (ms) per server; vectorised."""
+        return np.exp(self._log_latency(load_rps, read_ratio, migration_mibps, interference))
+
+    def _crossing(self, grid: FloatArray, log_lat: FloatArray, slo_fraction: float = 1.0
+                  ) -> FloatArray:
+        """Largest grid value where the (non-decreasing, piecewise-linear) log latency along
+        axis 0 is still within ``slo_fraction`` x the SLO; 0 where even the first point is
+        over."""
+        lim = math.log(self.slo_ms * slo_fraction)
+        ok = log_lat <= lim
+        k = len(grid)
+        last = np.where(ok.all(axis=0), k - 1, np.argmin(ok, axis=0) - 1)
+        nxt = np.clip(last + 1, 0, k - 1)
+        lo = np.clip(last, 0, k - 1)
+        y0 = np.take_along_axis(log_lat, lo[None], axis=0)[0]
+        y1 = np.take_along_axis(log_lat, nxt[None], axis=0)[0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = np.where(y1 > y0, (lim - y0) / (y1 - y0), 0.0)
+        val = grid[lo] + np.clip(t, 0, 1) * (grid[nxt] - grid[lo])
+        return np.asarray(np.where(last < 0, 0.0, val))
+
+    def _log_latency(self, load: Any, read_ratio: Any, migration: Any, interference: Any
+                     ) -> FloatArray:
         axes = [self.load_axis, self.read_axis, self.migration_axis, self.interference_axis]
-        return np.exp(multilinear(axes, self.log_latency,
-                                  [load_rps, read_ratio, migration_mibps, interference]))
+        return multilinear(axes, self.log_latency, [load, read_ratio, migration, interference])
 
     def capacity(self, read_ratio: Any, migration_mibps: Any = 0.0, interference: Any = 0.0
                  ) -> FloatArray:
-        """Requests/s one server serves within the SLO; vectorised."""
-        axes = [self.read_axis, self.migration_axis, self.interference_axis]
-        return multilinear(axes, self.capacity_table, [read_ratio, migration_mibps, interference])
+        """Requests/s one server serves within the SLO; vectorised. The exact inverse of
+        :meth:`latency_ms` along load, so a server loaded to its capacity sits on the SLO."""
+        r, m, i = np.broadcast_arrays(np.asarray(read_ratio, dtype=float),
+                                      np.asarray(migration_mibps, dtype=float),
+                                      np.asarray(interference, dtype=float))
+        shape = r.shape
+        grid = self.load_axis
+        lat = self._log_latency(grid[:, None], r.ravel()[None], m.ravel()[None],
+                                i.ravel()[None])
+        return self._crossing(grid, lat).reshape(shape)
 
     def servers_needed(self, load_rps: float, read_ratio: float, interference: float = 0.0,
                        headroom: float = 0.0, migration_mibps: float = 0.0) -> int:
@@ -159,29 +187,18 @@ class CapacityModel:
         return max(1, math.ceil(load_rps / usable - 1e-9))
 
     def max_migration_rate(self, load_per_server_rps: Any, read_ratio: Any,
-                           interference: Any = 0.0) -> FloatArray:
-        """The paper's f(): the fastest migration (MiB/s per server) that keeps the SLO at
-        this per-server load. 0 when even no migration breaks the SLO; vectorised."""
-        load, rr, inter = np.broadcast_arrays(
-            np.asarray(load_per_server_rps, dtype=float), np.asarray(read_ratio, dtype=float),
-            np.asarray(interference, dtype=float))
-        m_axis = self.migration_axis
-        caps = np.stack([self.capacity(rr, m, inter) for m in m_axis], axis=-1)  # (..., M)
-        out = np.zeros(load.shape)
-        fits = caps >= load[..., None]
-        any_fit = fits[..., 0]
-        # last grid migration whose capacity still covers the load, then interpolate
-        last = np.where(fits.all(axis=-1), len(m_axis) - 1,
-                        np.argmin(fits, axis=-1) - 1)
-        last = np.clip(last, 0, len(m_axis) - 1)
-        c_lo = np.take_along_axis(caps, last[..., None], axis=-1)[..., 0]
-        nxt = np.clip(last + 1, 0, len(m_axis) - 1)
-        c_hi = np.take_along_axis(caps, nxt[..., None], axis=-1)[..., 0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t = np.where(c_lo > c_hi, (c_lo - load) / (c_lo - c_hi), 0.0)
-        rate = m_axis[last] + np.clip(t, 0, 1) * (m_axis[nxt] - m_axis[last])
-        out = np.where(any_fit, rate, 0.0)
-        return out
+                           interference: Any = 0.0, slo_fraction: float = 1.0) -> FloatArray:
+        """The paper's f(): the fastest migration (MiB/s per server) that keeps latency within
+        ``slo_fraction`` x the SLO at this per-server load; 0 when even no migration does.
+        The exact inverse of :meth:`latency_ms` along migration; vectorised."""
+        load, r, i = np.broadcast_arrays(np.asarray(load_per_server_rps, dtype=float),
+                                         np.asarray(read_ratio, dtype=float),
+                                         np.asarray(interference, dtype=float))
+        shape = load.shape
+        grid = self.migration_axis
+        lat = self._log_latency(load.ravel()[None], r.ravel()[None], grid[:, None],
+                                i.ravel()[None])
+        return self._crossing(grid, lat, slo_fraction).reshape(shape)
 
     def in_profile(self, load_rps: float, read_ratio: float, migration_mibps: float,
                    interference: float) -> bool:

@@ -18,11 +18,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from elastore.models.capacity import CapacityModel, ModelError
 from elastore.units import MIB
+
+
+def mixture_p95(p_a: Any, share_a: Any, p_b: Any) -> Any:
+    """p95 of a request mix: a share ``share_a`` sees a server whose p95 is ``p_a``, the
+    rest see ``p_b``; each server's latency tail is taken as exponential (M/M/1-like).
+    Solved by bisection, vectorised."""
+    a = math.log(20.0)
+    p_a, share_a, p_b = np.broadcast_arrays(np.asarray(p_a, dtype=float),
+                                            np.asarray(share_a, dtype=float),
+                                            np.asarray(p_b, dtype=float))
+    lo = np.minimum(p_a, p_b)
+    hi = np.maximum(p_a, p_b)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        tail = share_a * np.exp(-a * mid / p_a) + (1 - share_a) * np.exp(-a * mid / p_b)
+        above = tail > 0.05
+        lo = np.where(above, mid, lo)
+        hi = np.where(above, hi, mid)
+    return (lo + hi) / 2
 
 
 def data_to_move_bytes(data_bytes: float, n_from: int, n_to: int) -> float:
@@ -49,11 +69,40 @@ class MigrationModel:
     node_overhead_s: float = 0.0
     min_mibps: float = 0.0  # floor a policy guarantees migration (may break the SLO)
     max_mibps: float = math.inf  # ceiling (policy, or the BwMan split)
+    slo_margin: float = 0.0  # f() keeps latency within (1 - margin) x SLO: off the border
 
-    def rate(self, load_per_server_rps: float, read_ratio: float, interference: float) -> float:
-        """f() within the policy's floor and ceiling, MiB/s per sending server."""
-        f = float(self.capacity.max_migration_rate(load_per_server_rps, read_ratio, interference))
-        return float(min(max(f, self.min_mibps), self.max_mibps))
+    def rate(self, load_per_server_rps: Any, read_ratio: float, interference: Any) -> Any:
+        """f() with the margin, within the policy's floor and ceiling, MiB/s per sending
+        server; vectorised over the load."""
+        f = np.asarray(self.capacity.max_migration_rate(
+            np.asarray(load_per_server_rps, dtype=float), read_ratio, interference,
+            slo_fraction=1 - self.slo_margin))
+        out = np.clip(f, self.min_mibps, self.max_mibps)
+        return float(out) if out.ndim == 0 else out
+
+    def decommission_rate(self, load_per_server_rps: Any, n: Any, read_ratio: float,
+                          interference: Any) -> Any:
+        """The fastest rate at which one of ``n`` servers can hand its data over while the
+        *cluster* p95 stays within the margin: only 1/n of the requests meet the leaving
+        server, the rest meet servers receiving rate/(n-1) each. Much faster than f() for a
+        single server when n is large; vectorised over load and n."""
+        load, nn, inter = np.broadcast_arrays(np.asarray(load_per_server_rps, dtype=float),
+                                              np.asarray(n, dtype=float),
+                                              np.asarray(interference, dtype=float))
+        top = self.max_mibps if math.isfinite(self.max_mibps) else float(
+            self.capacity.migration_axis[-1])
+        cand = np.linspace(0.0, top, 49)[:, None]  # (R, 1)
+        cap = self.capacity
+        p_leave = cap.latency_ms(load.ravel()[None], read_ratio, cand, inter.ravel()[None])
+        p_rest = cap.latency_ms(load.ravel()[None], read_ratio,
+                                cand / np.maximum(nn.ravel()[None] - 1, 1), inter.ravel()[None])
+        p = mixture_p95(p_leave, 1.0 / nn.ravel()[None], p_rest)
+        ok = p <= cap.slo_ms * (1 - self.slo_margin)
+        # the largest candidate rate that is still fine (latency rises with rate)
+        best = np.where(ok.any(axis=0), cand[:, 0][np.maximum(
+            len(cand) - 1 - np.argmax(ok[::-1], axis=0), 0)], 0.0)
+        out = np.clip(best, self.min_mibps, self.max_mibps).reshape(load.shape)
+        return float(out) if out.ndim == 0 else out
 
     def estimate(self, data_bytes: float, n_from: int, n_to: int, load_rps: float,
                  load_pred_rps: float | None = None, read_ratio: float = 1.0,
@@ -98,8 +147,11 @@ class MigrationModel:
             loads = np.array([float(load_path(f)) for f in frac])
         else:
             loads = load_rps + (pred - load_rps) * frac
-        rates = np.clip(np.asarray(self.capacity.max_migration_rate(
-            loads / n, read_ratio, interference)), self.min_mibps, self.max_mibps)
+        if step > 0:
+            rates = np.asarray(self.rate(loads / n, read_ratio, interference), dtype=float)
+        else:
+            rates = np.asarray(self.decommission_rate(loads / n, n, read_ratio, interference),
+                               dtype=float)
         # bootstrap: n senders, each D/n - D/(n+1); decommission: one sender, its D/n
         per_sender = data_bytes / n - data_bytes / (n + 1) if step > 0 else data_bytes / n
         with np.errstate(divide="ignore"):

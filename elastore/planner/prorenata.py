@@ -78,7 +78,8 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
         reactive = _clamp(stabilized(reactive, base, t_s, cfg, obs.recent_desired), cfg)
 
     mig = MigrationModel(cap, mode=cfg.migration_mode, node_overhead_s=cfg.node_overhead_s,
-                         min_mibps=cfg.min_migration_mibps, max_mibps=cfg.max_migration_mibps)
+                         min_mibps=cfg.min_migration_mibps, max_mibps=cfg.max_migration_mibps,
+                         slo_margin=cfg.migration_margin)
     l_eff_kw = dict(load_rps=obs.load_rps, load_pred_rps=obs.forecast_rps, read_ratio=r,
                     interference=i)
 
@@ -110,15 +111,40 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
                    f"{obs.operation.expected_end_s:.0f} s: new actions wait"  # type: ignore[union-attr]
                    )
 
+    # what a server carries while still migrating at the policy's floor rate
+    usable = float(cap.capacity(r, cfg.min_migration_mibps, i)) * (1 - cfg.headroom)
+
+    def deadlines(n_from: int, n_to: int) -> list[float]:
+        """For each added node, when the load ramp (linear from now to the forecast at
+        t_e, the paper's assumption) would exceed what the servers before it carry while
+        still able to migrate. The paper schedules the whole change to end at t_e; on a
+        rising ramp that lets the load cross the current capacity first, so every node
+        gets its own deadline."""
+        slope = (obs.forecast_rps - obs.load_rps) / cfg.window_s
+        out = []
+        for n in range(n_from, n_to):
+            if slope <= 0:
+                out.append(t_e)
+            else:
+                out.append(min(t_e, max(t_s, t_s + (n * usable - obs.load_rps) / slope)))
+        return out
+
+    if proactive < reactive:  # scale-in is never urgent: only the node steps that finish
+        est_p, proactive = _fit_scale_in(est_p, reactive, proactive, window)
+        t_p = est_p.seconds
     if t_r + t_p <= window:
         if reactive != base:
             actions += _steps(start, base, reactive, est_r, "reactive", cfg,
                               "correct the prediction error now")
         if proactive != reactive:
-            at = max(start + t_r, t_e - t_p)
-            actions += _steps(at, reactive, proactive, est_p, "proactive",
-                              cfg, f"latest start that finishes by the window end "
-                                   f"({t_p:.0f} s of migration)")
+            if proactive > reactive and cfg.one_at_a_time:
+                actions += _scheduled_out(est_p, reactive, deadlines(reactive, proactive),
+                                          start + t_r, "proactive")
+            else:
+                at = max(start + t_r, t_e - t_p)
+                actions += _steps(at, reactive, proactive, est_p, "proactive",
+                                  cfg, f"latest start that finishes by the window end "
+                                       f"({t_p:.0f} s of migration)")
     else:
         merged = True
         if cfg.merge == "pseudocode":
@@ -134,6 +160,8 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
         else:
             target = proactive
             est = estimate(base, target)
+            if target < base:
+                est, target = _fit_scale_in(est, base, target, window)
             at = max(start, t_e - est.seconds)
             label = "reactive scale-in dropped; proactive at the last moment"
         why.append(f"plans need {t_r:.0f} s + {t_p:.0f} s > {window:.0f} s: merged ({label})")
@@ -163,6 +191,51 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
                  "t_proactive_s": t_p, "merged": merged, "capacity_rps": capacity,
                  "base": base},
     )
+
+
+def _fit_scale_in(est: MigrationEstimate, n_from: int, n_to: int, window: float
+                  ) -> tuple[MigrationEstimate, int]:
+    """Keep only the decommissions that finish within the window. A scale-in is never
+    urgent, and one that outlasts the window would block the next scale-out (changes go
+    one at a time and are never aborted)."""
+    done, secs = 0, 0.0
+    for s in est.steps:
+        if secs + s > window:
+            break
+        secs += s
+        done += 1
+    if done == len(est.steps):
+        return est, n_to
+    steps = est.steps[:done]
+    return (MigrationEstimate(secs, est.bytes_moved, est.rate_mibps, steps, True,
+                              f"{done} of {len(est.steps)} decommissions fit in the window"),
+            n_from - done)
+
+
+def _scheduled_out(est: MigrationEstimate, n_from: int, deadlines: list[float],
+                   earliest: float, source: str) -> list[Action]:
+    """Node-by-node scale-out, each node done by its deadline, each started as late as
+    that allows (planned backwards from the last node)."""
+    k = len(est.steps)
+    starts = [0.0] * k
+    finish = math.inf
+    for j in range(k - 1, -1, -1):
+        finish = min(finish, deadlines[j])
+        starts[j] = finish - est.steps[j]
+        finish = starts[j]
+    shift = max(0.0, earliest - starts[0])
+    out: list[Action] = []
+    for j in range(k):
+        at = max(starts[j] + (shift if j == 0 else 0.0), earliest)
+        if out:
+            at = max(at, out[-1].expected_end_s)
+        end = at + est.steps[j]
+        late = end > deadlines[j] + 1e-6
+        out.append(Action(at, n_from + j + 1, source,  # type: ignore[arg-type]
+                          f"{n_from + j} -> {n_from + j + 1} (node {j + 1}/{k}): needed by "
+                          f"{deadlines[j]:.0f} s, {est.steps[j]:.0f} s of migration"
+                          + (" (late)" if late else ""), end))
+    return out
 
 
 def _steps(at: float, n_from: int, n_to: int, est: MigrationEstimate, source: str,

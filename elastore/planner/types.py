@@ -26,6 +26,7 @@ class PlannerConfig:
     policy: Policy = Policy.PREFER_CLIENTS
     min_migration_mibps: float = 0.0
     max_migration_mibps: float = math.inf
+    migration_margin: float = 0.05  # f() keeps latency within 95 % of the SLO
     total_bandwidth_mbit: float | None = None  # per server; enables the BwMan split
     merge: MergeRule = "elastore"
     reactive: bool = True

@@ -1,0 +1,113 @@
+"""``elastore simulate``: the main job."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+import pandas as pd
+
+from elastore.cli import WHEN, WHEN_END, emit_json, log
+from elastore.errors import ElastoreError
+from elastore.models.bundle import ModelSet
+from elastore.sim.controllers import CONTROLLERS
+from elastore.sim.run import SimConfig, locate, simulate, with_slo
+from elastore.traces.readers import DEFAULT_WINDOW, builtin_trace_path, read_series
+
+PLACEHOLDER = Path(__file__).resolve().parent.parent / "models" / "data" / "placeholder.json"
+PLACEHOLDER_NOTE = (
+    "PLACEHOLDER. The capacity and latency model was fitted to samples drawn from the "
+    "documented law in elastore/models/synthetic.py (an M/M/1-style server of a few hundred "
+    "requests/s), not to a lab measurement. Treat the numbers as a comparison of "
+    "controllers under the same assumed physics, not as a prediction for a real cluster.")
+
+
+def default_model() -> tuple[Path, str]:
+    return PLACEHOLDER, PLACEHOLDER_NOTE
+
+
+@click.command("simulate")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
+              help="Any trace `elastore trace` reads; default: the built-in all-projects one.")
+@click.option("--column", default="requests", show_default=True)
+@click.option("--start", type=WHEN, default=None, help=f"default {DEFAULT_WINDOW[0]} (built-in)")
+@click.option("--end", type=WHEN_END, default=None, help=f"default {DEFAULT_WINDOW[1]} (built-in)")
+@click.option("--controllers", default=",".join(CONTROLLERS), show_default=True)
+@click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Judge against this SLO (default: the model's).")
+@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+              help="Model file from `elastore models fit` (default: the shipped one).")
+@click.option("--peak-rps", type=click.FloatRange(min=0, min_open=True), default=7000.0,
+              show_default=True, help="Scale the trace so its busiest hour runs at this rate.")
+@click.option("--data-gib", type=click.FloatRange(min=0, min_open=True), default=50.0,
+              show_default=True, help="Data stored in the cluster, GiB (replicas included).")
+@click.option("--interference", multiple=True, metavar="FROM_H:TO_H:INDEX",
+              help="Inject an interference phase (trace hours, index 0..1); repeatable.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("elastore-report"), show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | None,
+                 end: pd.Timestamp | None, controllers: str, slo_ms: float | None,
+                 model_path: Path | None, peak_rps: float, data_gib: float,
+                 interference: tuple[str, ...], out: Path, as_json: bool) -> None:
+    """Replay a Wikipedia trace through a simulated cluster under each controller.
+
+    With no arguments: the built-in 2009-03-08 .. 2009-03-22 trace, every controller, and a
+    report (Markdown + PNGs) in ./elastore-report/.
+
+    \b
+    Examples:
+      elastore simulate
+      elastore simulate --start 2009-05-03 --end 2009-05-16 --json
+      elastore simulate --controllers prorenata,hpa --interference 48:96:0.5
+    """
+    names = [c.strip() for c in controllers.split(",") if c.strip()]
+    bad = [c for c in names if c not in CONTROLLERS]
+    if bad or not names:
+        raise ElastoreError(f"unknown controller(s) {', '.join(bad) or '(none)'}; choose from "
+                            f"{', '.join(CONTROLLERS)}")
+    phases = []
+    for spec in interference:
+        try:
+            a, b, i = (float(x) for x in spec.split(":"))
+        except ValueError:
+            raise ElastoreError(f"--interference {spec!r}: want FROM_H:TO_H:INDEX") from None
+        phases.append((a, b, i))
+    source = trace_path if trace_path is not None else builtin_trace_path()
+    if trace_path is None and start is None and end is None:
+        start = pd.Timestamp(DEFAULT_WINDOW[0])
+        end = pd.Timestamp(DEFAULT_WINDOW[1]) + pd.Timedelta(hours=23)
+    series = read_series(source, "auto", column).cleaned()
+    i0, hours = locate(series, start, end)
+    if model_path is None:
+        model_path, physics = default_model()
+    else:
+        physics = f"model {model_path}"
+    models = ModelSet.load(model_path)
+    models.capacity = with_slo(models.capacity, slo_ms)
+    cfg = SimConfig(peak_rps=peak_rps, data_gib=data_gib, interference=tuple(phases))
+    steps = int(hours * cfg.hour_seconds / cfg.step_s) * len(names)
+    t0 = time.perf_counter()
+    log.info("simulating %d h under %d controller(s) ...", hours, len(names))
+    with click.progressbar(length=steps, label="simulating", file=sys.stderr) as bar:
+        res = simulate(series, i0, hours, names, models, cfg, physics, progress=bar.update)
+    seconds = time.perf_counter() - t0
+    from elastore.sim.report import write_report
+
+    report = write_report(res, out, seconds)
+    if as_json:
+        emit_json(res.to_json())
+    else:
+        doc = res.to_json()["controllers"]
+        click.echo(f"{'controller':<14}{'VM-hours':>10}{'SLO viol %':>12}{'p95 med ms':>12}"
+                   f"{'util':>7}{'actions':>9}{'U(10)':>9}{'U(100)':>9}")
+        for n, m in doc.items():
+            click.echo(f"{n:<14}{m['vm_hours']:>10.1f}{m['slo_violation_pct']:>12.2f}"
+                       f"{m['p95_latency_ms_median']:>12.1f}{m['cpu_util_mean']:>7.2f}"
+                       f"{m['scale_actions']:>9}{m['utility']['10']:>9.1f}"
+                       f"{m['utility']['100']:>9.1f}")
+        click.echo(f"\nreport: {report} ({seconds:.1f} s)")
+        if physics == PLACEHOLDER_NOTE:
+            click.echo("physics: PLACEHOLDER model (see the report), not a lab profile")

@@ -1,0 +1,130 @@
+"""The simulated storage cluster: nodes with their data, one topology change at a time.
+
+Time advances in ``step_s`` steps (10 s by default). Accounting is exact at that
+resolution: a node is billed for every step it exists (booting, joining, serving, leaving),
+data moves at the migration rate in force during the step, and latency is evaluated per
+step from the capacity model.
+
+* **Adding a node:** ``boot_s`` of boot, then it streams D/N - D/(N+1) from each of the N
+  serving nodes in parallel, each sending at the migration rate; it serves once it has all
+  its data.
+* **Removing a node:** the highest node streams all its data to the others, spread evenly,
+  at the migration rate (one sender); it keeps serving until it has handed everything over
+  and is removed only then.
+* A change is never aborted; the cluster walks towards the current target one node at a
+  time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from elastore.units import MIB
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass
+class NodeOp:
+    kind: str  # "add" | "remove"
+    started_s: float
+    boot_left_s: float = 0.0
+    new_data: float = 0.0  # bytes the joining node holds so far
+    per_sender_left: float = 0.0  # add: bytes each sender still has to send
+    leaving_data: float = 0.0  # remove: bytes the leaving node still holds
+    from_replicas: int = 0
+    to_replicas: int = 0
+
+
+@dataclass
+class Cluster:
+    data: list[float]  # bytes on each serving node
+    boot_s: float
+    op: NodeOp | None = None
+    target: int = 0
+    actions: int = 0  # node additions and removals started
+    log: list[tuple[float, str]] = field(default_factory=list)
+
+    @classmethod
+    def balanced(cls, n: int, total_bytes: float, boot_s: float) -> Cluster:
+        return cls([total_bytes / n] * n, boot_s, target=n)
+
+    @property
+    def serving(self) -> int:
+        return len(self.data)
+
+    @property
+    def billed(self) -> int:
+        """Nodes that cost money now: serving ones plus a joining node."""
+        return self.serving + (1 if self.op is not None and self.op.kind == "add" else 0)
+
+    def total_bytes(self) -> float:
+        extra = 0.0
+        if self.op is not None and self.op.kind == "add":
+            extra = self.op.new_data
+        return float(sum(self.data)) + extra
+
+    def _start(self, now_s: float) -> None:
+        n = self.serving
+        if self.target > n:
+            share = self.total_bytes() / n - self.total_bytes() / (n + 1)
+            self.op = NodeOp("add", now_s, boot_left_s=self.boot_s, per_sender_left=share,
+                             from_replicas=n, to_replicas=n + 1)
+        elif self.target < n and n > 1:
+            self.op = NodeOp("remove", now_s, leaving_data=self.data[-1], from_replicas=n,
+                             to_replicas=n - 1)
+        else:
+            return
+        self.actions += 1
+        self.log.append((now_s, f"{self.op.kind} {n} -> {self.op.to_replicas}"))
+
+    def step(self, now_s: float, dt: float, rate_mibps: float) -> tuple[str, float, int]:
+        """Advance ``dt`` seconds with migration at ``rate_mibps`` per sender.
+
+        Returns what the step was (``idle``, ``boot``, ``bootstrap``, ``decommission``), the
+        migration rate actually used (for the latency accounting), and the nodes billed
+        during the step (a node that joins or leaves within it is billed for it).
+        """
+        if self.op is None:
+            self._start(now_s)
+        billed = self.billed
+        kind, used = self._advance(dt, rate_mibps)
+        return kind, used, billed
+
+    def _advance(self, dt: float, rate_mibps: float) -> tuple[str, float]:
+        op = self.op
+        if op is None:
+            return "idle", 0.0
+        rate_b = max(rate_mibps, 0.0) * MIB
+        if op.kind == "add":
+            if op.boot_left_s > 0:
+                op.boot_left_s -= dt
+                return "boot", 0.0
+            n = self.serving
+            moved = min(op.per_sender_left, rate_b * dt)
+            for i in range(n):
+                self.data[i] -= moved
+            op.new_data += moved * n
+            op.per_sender_left -= moved
+            if op.per_sender_left <= 1e-6:
+                self.data.append(op.new_data)
+                self.op = None
+            return "bootstrap", rate_mibps
+        # remove: the last node hands its data to the others
+        n = self.serving
+        moved = min(op.leaving_data, rate_b * dt)
+        for i in range(n - 1):
+            self.data[i] += moved / (n - 1)
+        self.data[-1] -= moved
+        op.leaving_data -= moved
+        if op.leaving_data <= 1e-6:
+            leftover = self.data.pop()
+            for i in range(len(self.data)):  # rounding dust stays in the cluster
+                self.data[i] += leftover / len(self.data)
+            self.op = None
+        return "decommission", rate_mibps
+
+

@@ -1,0 +1,302 @@
+"""Replay a trace through the simulated cluster under each controller, and score them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from elastore.errors import ElastoreError
+from elastore.models.bundle import ModelSet
+from elastore.models.capacity import CapacityModel
+from elastore.models.migration import MigrationModel, mixture_p95
+from elastore.planner import Operation, PlannerConfig
+from elastore.sim.controllers import Context, Controller, make_controller
+from elastore.sim.engine import Cluster
+from elastore.traces.series import HourlySeries
+
+FloatArray = npt.NDArray[np.float64]
+KINDS = {"idle": 0, "boot": 1, "bootstrap": 2, "decommission": 3}
+PENALTIES = (1, 10, 100)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    step_s: float = 10.0
+    hour_seconds: float = 600.0  # replay seconds per trace hour = the control window
+    peak_rps: float = 7000.0  # the trace is scaled so its busiest hour runs at this rate
+    read_ratio: float = 0.95
+    data_gib: float = 50.0  # all data stored, replicas included
+    boot_s: float = 60.0
+    default_stream_mibps: float = 24.0  # Cassandra's default stream throughput
+    min_stream_mibps: float = 1.0  # BwMan's floor, so a migration always finishes
+    min_replicas: int = 3
+    max_replicas: int = 64
+    replication_factor: int = 3
+    headroom: float = 0.1
+    warmup_hours: int = 672
+    interference: tuple[tuple[float, float, float], ...] = ()  # (from_h, to_h, index)
+
+    def validate(self) -> None:
+        if not (self.step_s > 0 and self.hour_seconds > 0
+                and self.hour_seconds % self.step_s == 0):
+            raise ElastoreError("hour_seconds must be a positive multiple of step_s")
+        if not self.peak_rps > 0 or not self.data_gib > 0:
+            raise ElastoreError("peak rate and data size must be > 0")
+        for a, b, i in self.interference:
+            if not (0 <= i <= 1 and a < b):
+                raise ElastoreError(f"bad interference phase ({a}, {b}, {i}): "
+                                    "want from < to and index in [0, 1]")
+
+
+@dataclass
+class ControllerRun:
+    name: str
+    serving: FloatArray
+    billed: FloatArray
+    p95_ms: FloatArray
+    util: FloatArray
+    rate_mibps: FloatArray
+    kind: npt.NDArray[np.int8]
+    actions: int
+    seconds: float
+    forecasts: dict[int, float] = field(default_factory=dict)
+    data_total: FloatArray = field(default_factory=lambda: np.zeros(0))
+
+    def metrics(self, dt: float, slo_ms: float) -> dict[str, Any]:
+        vm_hours = float(self.billed.sum() * dt / 3600)
+        viol = self.p95_ms > slo_ms
+        viol_hours = float(viol.sum() * dt / 3600)
+        return {
+            "vm_hours": vm_hours,
+            "slo_violation_pct": float(100 * viol.mean()),
+            "p95_latency_ms_median": float(np.median(self.p95_ms)),
+            "cpu_util_mean": float(self.util.mean()),
+            "scale_actions": int(self.actions),
+            "utility": {str(p): vm_hours + p * viol_hours for p in PENALTIES},
+        }
+
+
+@dataclass
+class SimResult:
+    config: SimConfig
+    slo_ms: float
+    percentile: int
+    start: str
+    end: str
+    hours: int
+    knots: FloatArray  # req/s at each window start
+    runs: dict[str, ControllerRun]
+    physics: str
+    gaps_filled: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        dt = self.config.step_s
+        return {
+            "controllers": {n: r.metrics(dt, self.slo_ms) for n, r in self.runs.items()},
+            "trace": {"start": self.start, "end": self.end, "hours": self.hours},
+            "slo": {"latency_ms": self.slo_ms, "percentile": self.percentile},
+            "physics": self.physics,
+        }
+
+
+def with_slo(cap: CapacityModel, slo_ms: float | None) -> CapacityModel:
+    """The same latency model judged against another SLO (within what it resolves)."""
+    if slo_ms is None or slo_ms == cap.slo_ms:
+        return cap
+    lo = float(np.exp(cap.log_latency.min()))
+    hi = float(np.exp(cap.log_latency.max()))
+    if not lo < slo_ms < hi:
+        raise ElastoreError(f"--slo-ms {slo_ms:g} is outside what this model resolves "
+                            f"({lo:.1f}..{hi:.0f} ms); refit the model for that SLO")
+    return replace(cap, slo_ms=slo_ms, capacity_table=np.zeros(0))
+
+
+def prepare_load(series: HourlySeries, start_i: int, hours: int, cfg: SimConfig
+                 ) -> tuple[FloatArray, FloatArray, int]:
+    """Window-start loads (req/s) of the replay and its warm-up history, same scale."""
+    vals = series.values
+    replay = vals[start_i : start_i + hours].copy()
+    gaps = int(np.isnan(replay).sum())
+    if gaps == hours:
+        raise ElastoreError("the replay window holds no data")
+    if gaps:
+        idx = np.arange(hours)
+        ok = ~np.isnan(replay)
+        replay[~ok] = np.interp(idx[~ok], idx[ok], replay[ok])
+    scale = cfg.peak_rps / float(np.max(replay))
+    hist = vals[max(0, start_i - cfg.warmup_hours) : start_i] * scale
+    return replay * scale, hist, gaps
+
+
+def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequence[str],
+             models: ModelSet, cfg: SimConfig, physics: str,
+             progress: Callable[[int], None] | None = None) -> SimResult:
+    cfg.validate()
+    if hours < 2:
+        raise ElastoreError("the replay needs at least 2 hours of trace")
+    knots, history, gaps = prepare_load(series, start_i, hours, cfg)
+    W, dt = cfg.hour_seconds, cfg.step_s
+    steps = int(hours * W / dt)
+    t = np.arange(steps) * dt
+    # piecewise-linear load between window starts; the last window holds its level
+    load = np.interp(t, np.arange(hours) * W, knots)
+    inter = np.zeros(steps)
+    for a, b, i in cfg.interference:
+        inter[(t >= a * W) & (t < b * W)] = i
+    pcfg = PlannerConfig(
+        min_replicas=cfg.min_replicas, max_replicas=cfg.max_replicas,
+        replication_factor=cfg.replication_factor, window_s=W, headroom=cfg.headroom,
+        node_overhead_s=cfg.boot_s, min_migration_mibps=cfg.min_stream_mibps,
+        max_migration_mibps=cfg.default_stream_mibps, migration_margin=cfg.headroom / 2,
+    )
+    cap = models.capacity
+    data_bytes = cfg.data_gib * 2**30
+    runs: dict[str, ControllerRun] = {}
+    for name in controllers:
+        ctrl = make_controller(name)
+        runs[name] = _run_one(ctrl, knots, history, load, inter, steps, models, pcfg, cfg,
+                              data_bytes, progress)
+    idx = series.index
+    return SimResult(
+        config=cfg, slo_ms=cap.slo_ms, percentile=cap.percentile,
+        start=str(idx[start_i]), end=str(idx[start_i + hours - 1]), hours=hours,
+        knots=knots, runs=runs, physics=physics, gaps_filled=gaps,
+    )
+
+
+def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: FloatArray,
+             inter: FloatArray, steps: int, models: ModelSet, pcfg: PlannerConfig,
+             cfg: SimConfig, data_bytes: float,
+             progress: Callable[[int], None] | None) -> ControllerRun:
+    t0 = time.perf_counter()
+    W, dt = cfg.hour_seconds, cfg.step_s
+    cap = models.capacity
+    r = cfg.read_ratio
+    ctrl.warm(history)
+
+    def needed(x: float) -> int:
+        n = cap.servers_needed(x, r, 0.0, cfg.headroom)
+        return min(max(n, pcfg.floor), pcfg.max_replicas)
+
+    cluster = Cluster.balanced(needed(float(knots[0])), data_bytes, cfg.boot_s)
+    serving = np.zeros(steps)
+    billed = np.zeros(steps)
+    rate_used = np.zeros(steps)
+    kind = np.zeros(steps, dtype=np.int8)
+    data_total = np.zeros(steps)
+    setpoints: list[tuple[float, int]] = []
+    win_steps = int(W / dt)
+    tick_s = ctrl.tick_s or 0.0
+    last_rate = cfg.default_stream_mibps
+    f_cache: dict[int, FloatArray] = {}
+    d_cache: dict[int, FloatArray] = {}
+    inter_seen = inter if ctrl.interference_aware else np.zeros(steps)
+
+    bwman = MigrationModel(cap, min_mibps=cfg.min_stream_mibps,
+                           max_mibps=cfg.default_stream_mibps, slo_margin=pcfg.migration_margin)
+
+    def f_for(n: int) -> FloatArray:
+        """BwMan's rate for every step at ``n`` serving nodes: f() with the planner's
+        margin, within the floor and the store's default (the same model the planner
+        estimates durations with)."""
+        if n not in f_cache:
+            f_cache[n] = np.asarray(bwman.rate(load / n, r, inter_seen), dtype=float)
+        return f_cache[n]
+
+    def d_for(n: int, s: int) -> float:
+        """BwMan's rate for a decommission at ``n`` nodes (cluster-p95 aware), computed
+        for the next window's steps at once."""
+        block = s // win_steps
+        key = n * 100_000 + block
+        if key not in d_cache:
+            sl = slice(block * win_steps, (block + 1) * win_steps)
+            d_cache[key] = np.asarray(bwman.decommission_rate(load[sl] / n, n, r,
+                                                              inter_seen[sl]), dtype=float)
+        return float(d_cache[key][s - block * win_steps])
+
+    for s in range(steps):
+        now = s * dt
+        new_window = s % win_steps == 0
+        # a tick whenever a multiple of tick_s falls inside this step
+        tick = bool(tick_s) and (s == 0 or int(now // tick_s) != int((now - dt) // tick_s))
+        if new_window or tick:
+            op = None
+            if cluster.op is not None:
+                o = cluster.op
+                left = (o.boot_left_s + o.per_sender_left / (max(last_rate, 0.1) * 2**20)
+                        if o.kind == "add" else o.leaving_data / (max(last_rate, 0.1) * 2**20))
+                op = Operation(o.from_replicas, o.to_replicas, o.started_s, now + left)
+            ctx = Context(
+                k=s // win_steps, now_s=now, window_s=W, knots=knots, serving=cluster.serving,
+                target=cluster.target, op=op, models=models, cfg=pcfg, data_bytes=data_bytes,
+                read_ratio=r, interference=float(inter[s]) if ctrl.interference_aware else 0.0,
+                load_now=float(load[s]),
+            )
+            if new_window:
+                setpoints += ctrl.on_window(ctx)
+            if tick:
+                setpoints += ctrl.on_tick(ctx)
+            setpoints.sort(key=lambda p: p[0])
+        while setpoints and setpoints[0][0] <= now + 1e-9:
+            cluster.target = setpoints.pop(0)[1]
+        n = cluster.serving
+        if ctrl.bwman:
+            if cluster.op is not None and cluster.op.kind == "remove":
+                rate = d_for(n, s)
+            else:
+                rate = float(f_for(n)[s])
+        else:
+            rate = cfg.default_stream_mibps
+        serving[s] = n
+        k, used, billed[s] = cluster.step(now, dt, rate)
+        kind[s] = KINDS[k]
+        rate_used[s] = used
+        if used > 0:
+            last_rate = used
+        data_total[s] = cluster.total_bytes()
+        if progress is not None and s % 2000 == 1999:
+            progress(2000)
+    if progress is not None:
+        progress(steps % 2000)
+    p95 = _latency(load, serving, kind, rate_used, inter, models, r)
+    util = load / serving / np.asarray(cap.capacity(r, 0.0, inter))
+    return ControllerRun(ctrl.name, serving, billed, p95, util, rate_used, kind,
+                         cluster.actions, time.perf_counter() - t0, ctrl.forecasts(),
+                         data_total)
+
+
+def _latency(load: FloatArray, serving: FloatArray, kind: npt.NDArray[np.int8],
+             rate: FloatArray, inter: FloatArray, models: ModelSet, r: float) -> FloatArray:
+    """Cluster p95 per step from the capacity model's latency surface."""
+    cap = models.capacity
+    lps = load / serving
+    own = np.where(kind == KINDS["bootstrap"], rate, 0.0)
+    p = np.asarray(cap.latency_ms(lps, r, own, inter))
+    dec = kind == KINDS["decommission"]
+    if dec.any():
+        n = serving[dec]
+        p_leave = np.asarray(cap.latency_ms(lps[dec], r, rate[dec], inter[dec]))
+        p_rest = np.asarray(cap.latency_ms(lps[dec], r, rate[dec] / np.maximum(n - 1, 1),
+                                           inter[dec]))
+        p[dec] = mixture_p95(p_leave, 1.0 / n, p_rest)
+    return p
+
+
+def locate(series: HourlySeries, start: Any, end: Any) -> tuple[int, int]:
+    """Index and length of the replay window within ``series``."""
+    import pandas as pd
+
+    lo = pd.Timestamp(start) if start is not None else series.start
+    hi = pd.Timestamp(end) if end is not None else series.end
+    if lo < series.start or hi > series.end or lo > hi:
+        raise ElastoreError(f"window {lo} .. {hi} is not inside the trace "
+                            f"({series.start} .. {series.end})")
+    i0 = int((lo.ceil("h") - series.start) / pd.Timedelta(hours=1))
+    i1 = int((hi.floor("h") - series.start) / pd.Timedelta(hours=1))
+    return i0, i1 - i0 + 1
+

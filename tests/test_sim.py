@@ -1,0 +1,152 @@
+"""Simulator invariants, the JSON contract and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from elastore.cli import cli, register
+from elastore.models.bundle import ModelSet
+from elastore.sim.cli import PLACEHOLDER
+from elastore.sim.engine import Cluster
+from elastore.sim.run import KINDS, SimConfig, locate, simulate
+from elastore.traces import builtin_trace_path, read_series
+from elastore.units import MIB
+
+register()
+GIB = 2**30
+
+
+@pytest.fixture(scope="module")
+def ms() -> ModelSet:
+    return ModelSet.load(PLACEHOLDER)
+
+
+@pytest.fixture(scope="module")
+def series():  # type: ignore[no-untyped-def]
+    return read_series(builtin_trace_path()).cleaned()
+
+
+@pytest.fixture(scope="module")
+def week(series, ms):  # type: ignore[no-untyped-def]
+    i0, h = locate(series, "2009-03-08", "2009-03-14 23:00")
+    return simulate(series, i0, h, ["feedback", "prorenata", "hpa"], ms, SimConfig(), "test")
+
+
+def test_data_is_conserved_during_migration(week) -> None:  # type: ignore[no-untyped-def]
+    d = week.config.data_gib * GIB
+    for run in week.runs.values():
+        assert np.allclose(run.data_total, d, rtol=1e-9), run.name
+        assert (run.kind == KINDS["bootstrap"]).any() and (run.kind == KINDS["decommission"]).any()
+
+
+def test_vm_hours_accounting(week) -> None:  # type: ignore[no-untyped-def]
+    dt = week.config.step_s
+    for run in week.runs.values():
+        m = run.metrics(dt, week.slo_ms)
+        assert m["vm_hours"] == pytest.approx(run.billed.sum() * dt / 3600)
+        # billed = serving, plus the joining node while one boots or bootstraps
+        joining = np.isin(run.kind, [KINDS["boot"], KINDS["bootstrap"]])
+        assert np.array_equal(run.billed, run.serving + joining)
+
+
+def test_vm_hours_by_hand() -> None:
+    c = Cluster.balanced(4, 10 * GIB, boot_s=30.0)
+    c.target = 5
+    billed = []
+    kinds = []
+    for s in range(100):
+        kind, _, b = c.step(s * 10.0, 10.0, 8.0)
+        kinds.append(kind)
+        billed.append(b)
+    # 30 s boot (3 steps), then 4 senders each move 10/4 - 10/5 GiB = 512 MiB at 8 MiB/s:
+    # 64 s -> 7 steps; the 5th node is billed from the first boot step on
+    assert kinds[:3] == ["boot"] * 3 and kinds[3:10] == ["bootstrap"] * 7
+    assert kinds[10] == "idle"
+    assert billed[0] == 5 and c.serving == 5
+    assert sum(billed) * 10 / 3600 == pytest.approx(5 * 1000 / 3600)
+
+
+def test_no_server_removed_before_its_data_moved() -> None:
+    c = Cluster.balanced(4, 8 * GIB, boot_s=0.0)
+    c.target = 3
+    leaving = c.data[-1]
+    t, steps = 0.0, 0
+    while c.op is not None or c.serving == 4:
+        c.step(t, 10.0, 2.0)
+        t += 10.0
+        steps += 1
+        if c.op is not None:
+            assert c.serving == 4 and c.op.leaving_data > 0  # still there, still serving
+    # 2 GiB at 2 MiB/s is 1024 s: it was not removed a step earlier
+    assert steps == int(np.ceil(leaving / (2.0 * MIB) / 10.0))
+    assert c.serving == 3 and sum(c.data) == pytest.approx(8 * GIB)
+
+
+def test_latency_rises_with_migration(series, ms) -> None:  # type: ignore[no-untyped-def]
+    i0, h = locate(series, "2009-03-08", "2009-03-10 23:00")
+    slow = simulate(series, i0, h, ["feedback"], ms, SimConfig(default_stream_mibps=4.0), "t")
+    fast = simulate(series, i0, h, ["feedback"], ms, SimConfig(default_stream_mibps=24.0), "t")
+    def migrating_p95(res):  # type: ignore[no-untyped-def]
+        r = res.runs["feedback"]
+        sel = np.isin(r.kind, [KINDS["bootstrap"], KINDS["decommission"]])
+        return float(np.median(r.p95_ms[sel]))
+    assert migrating_p95(fast) > migrating_p95(slow)
+    r = fast.runs["feedback"]
+    idle = r.p95_ms[r.kind == KINDS["idle"]]
+    dec = r.p95_ms[r.kind == KINDS["decommission"]]
+    assert np.median(dec) > np.median(idle)
+
+
+def test_bwman_controllers_keep_the_slo_better(week) -> None:  # type: ignore[no-untyped-def]
+    m = {n: r.metrics(week.config.step_s, week.slo_ms) for n, r in week.runs.items()}
+    assert m["prorenata"]["slo_violation_pct"] < m["feedback"]["slo_violation_pct"]
+
+
+def test_simulate_json_contract(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["simulate", "--start", "2009-03-08", "--end", "2009-03-09",
+                                   "--controllers", "feedback,static-peak", "--out",
+                                   str(tmp_path / "rep"), "--json"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["trace"] == {"start": "2009-03-08 00:00:00", "end": "2009-03-09 23:00:00",
+                            "hours": 48}
+    assert set(doc["controllers"]) == {"feedback", "static-peak"}
+    for m in doc["controllers"].values():
+        assert set(m) >= {"vm_hours", "slo_violation_pct", "p95_latency_ms_median",
+                          "cpu_util_mean", "scale_actions", "utility"}
+        assert set(m["utility"]) == {"1", "10", "100"}
+    for png in ("workload", "servers", "latency_cdf", "utilization_cdf", "utility"):
+        assert (tmp_path / "rep" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "PLACEHOLDER" in report and "| static-peak |" in report
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--controllers", "magic"], "unknown controller(s) magic"),
+        (["--start", "2001-01-01", "--end", "2001-01-05"], "is not inside the trace"),
+        (["--interference", "1:2"], "want FROM_H:TO_H:INDEX"),
+        (["--interference", "5:2:0.5"], "bad interference phase"),
+        (["--model", "/nonexistent.json"], "no such model file"),
+    ],
+)
+def test_simulate_bad_input(args: list[str], message: str, tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["simulate", *args, "--out", str(tmp_path / "r")])
+    assert res.exit_code == 1 and message in res.output, res.output
+
+
+def test_interference_phase_is_applied(series, ms) -> None:  # type: ignore[no-untyped-def]
+    i0, h = locate(series, "2009-03-08", "2009-03-10 23:00")
+    quiet = simulate(series, i0, h, ["prorenata"], ms, SimConfig(), "t")
+    noisy = simulate(series, i0, h, ["prorenata"], ms,
+                     SimConfig(interference=((24.0, 48.0, 0.5),)), "t")
+    q, n = quiet.runs["prorenata"], noisy.runs["prorenata"]
+    day2 = slice(int(24 * 600 / 10), int(48 * 600 / 10))
+    # Hubbub-scale: the interference-aware planner provisions more servers in the phase
+    assert n.serving[day2].mean() > q.serving[day2].mean()
