@@ -264,11 +264,11 @@ def test_migration_time_modes(ms: ModelSet) -> None:
     out_n = nbn.estimate(d, 3, 4, **kw)
     # one bootstrap: each of the 3 senders moves D/3 - D/4, in parallel: the same time
     assert out_p.seconds == pytest.approx(out_n.seconds, rel=0.05)
-    # a decommission streams the leaving node's D/4 from one node: much slower than the
-    # paper's all-parallel model
+    # a decommission streams the leaving node's D/4 from one node: slower than the paper's
+    # all-parallel model, although its rate may be higher (cluster p95, see below)
     dec_n = nbn.estimate(d, 4, 3, **kw)
     dec_p = par.estimate(d, 4, 3, **kw)
-    assert dec_n.seconds > 1.5 * dec_p.seconds
+    assert dec_n.seconds > dec_p.seconds
     # more load leaves less rate: slower
     busy = nbn.estimate(d, 3, 4, load_rps=1000.0, load_pred_rps=1000.0, read_ratio=0.95)
     assert busy.seconds > out_n.seconds
@@ -283,6 +283,17 @@ def test_migration_time_modes(ms: ModelSet) -> None:
     path = nbn.estimate(d, 3, 6, load_rps=0, read_ratio=0.95, load_path=lambda f: 900.0)
     flat = nbn.estimate(d, 3, 6, load_rps=900.0, load_pred_rps=900.0, read_ratio=0.95)
     assert path.seconds == pytest.approx(flat.seconds) and len(path.steps) == 3
+
+
+def test_decommission_rate_uses_the_cluster_p95(ms: ModelSet) -> None:
+    """Only 1/n of requests meet the leaving node: with many nodes it may stream faster
+    than f() allows a single server, and never slower."""
+    mig = MigrationModel(ms.capacity, max_mibps=24.0, slo_margin=0.05)
+    load = 0.85 * float(ms.capacity.capacity(0.95, 0, 0))
+    single = mig.rate(load, 0.95, 0.0)
+    rates = [mig.decommission_rate(load, n, 0.95, 0.0) for n in (3, 10, 40)]
+    assert rates[0] >= single - 1e-9
+    assert rates == sorted(rates) and rates[-1] > single
 
 
 def test_capacity_fit_refuses_too_few_samples() -> None:
