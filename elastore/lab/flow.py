@@ -1,0 +1,120 @@
+"""A bounded TCP throughput probe for measuring shaped rates inside a lab namespace.
+
+    python -m elastore.lab.flow recv HOST PORT SECONDS   # prints one JSON line per interval
+    python -m elastore.lab.flow send HOST PORT SECONDS
+
+Both ends stop by themselves after SECONDS. Only ever run inside a namespace the lab or
+the test run created, against its own 127.0.0.x addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+INTERVAL_S = 0.25
+CHUNK = 64 * 1024
+
+
+def recv(host: str, port: int, seconds: float) -> None:
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((host, port))
+    srv.listen(1)
+    srv.settimeout(seconds + 5)
+    print(json.dumps({"listening": True}), flush=True)
+    conn, _ = srv.accept()
+    conn.settimeout(1.0)
+    end = time.monotonic() + seconds
+    t0 = time.monotonic()
+    got = 0
+    while time.monotonic() < end:
+        try:
+            data = conn.recv(CHUNK)
+        except TimeoutError:
+            data = b"."
+        if not data:
+            break
+        got += len(data)
+        now = time.monotonic()
+        if now - t0 >= INTERVAL_S:
+            print(json.dumps({"t": round(now - end + seconds, 3),
+                              "mbit": got * 8 / (now - t0) / 1e6}), flush=True)
+            t0, got = now, 0
+    conn.close()
+    srv.close()
+
+
+def send(host: str, port: int, seconds: float) -> None:
+    for _ in range(50):
+        try:
+            s = socket.create_connection((host, port), timeout=2)
+            break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        raise SystemExit(f"cannot connect to {host}:{port}")
+    payload = b"\0" * CHUNK
+    end = time.monotonic() + seconds
+    try:
+        while time.monotonic() < end:
+            s.sendall(payload)
+    except OSError:
+        pass
+    s.close()
+
+
+def measure(ns: str, host: str, port: int, seconds: float,
+            during: list[tuple[float, Callable[[], object]]] | None = None
+            ) -> list[tuple[float, float]]:
+    """Run a receiver and a sender inside namespace ``ns``; return (t, Mbit/s) per 0.25 s
+    interval. ``during``: (seconds after the start, action) to run while the flow goes on,
+    e.g. a live rate change."""
+    from elastore.errors import ElastoreError
+    from elastore.lab import netns
+
+    py = [sys.executable, "-m", "elastore.lab.flow"]
+    recv_p = subprocess.Popen(netns.command(ns, [*py, "recv", host, str(port), str(seconds)]),
+                              stdout=subprocess.PIPE, text=True)
+    send_p: subprocess.Popen[bytes] | None = None
+    try:
+        assert recv_p.stdout is not None
+        first = recv_p.stdout.readline()
+        if "listening" not in first:
+            raise ElastoreError(f"throughput probe did not start in {ns}: {first!r}")
+        send_p = subprocess.Popen(netns.command(ns, [*py, "send", host, str(port),
+                                                     str(seconds + 1)]))
+        t0 = time.monotonic()
+        for at, action in sorted(during or [], key=lambda p: p[0]):
+            time.sleep(max(0.0, at - (time.monotonic() - t0)))
+            action()
+        out, _ = recv_p.communicate(timeout=seconds + 20)
+        send_p.wait(timeout=20)
+    finally:
+        for p in (recv_p, send_p):
+            if p is not None and p.poll() is None:
+                p.kill()
+    return [(d["t"], d["mbit"]) for d in map(json.loads, out.splitlines()) if "mbit" in d]
+
+
+def mean_rate(samples: list[tuple[float, float]], lo: float, hi: float) -> float:
+    """Mean Mbit/s over the intervals between ``lo`` and ``hi`` seconds."""
+    sel = [m for t, m in samples if lo <= t <= hi]
+    if len(sel) < 3:
+        from elastore.errors import ElastoreError
+
+        raise ElastoreError(f"too few throughput samples between {lo} and {hi} s: {samples}")
+    return sum(sel) / len(sel)
+
+
+def main() -> None:
+    mode, host, port, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    {"recv": recv, "send": send}[mode](host, port, seconds)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The tc actuator on a real HTB, in a network namespace this test run creates.
+
+Traffic is a bounded TCP flow between processes inside that namespace on its own
+127.0.0.x addresses; the machine's own interfaces are never shaped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from elastore.actuators.tc import HtbShaper
+from elastore.lab import netns
+from elastore.lab.flow import mean_rate, measure
+
+pytestmark = pytest.mark.lab
+NS = f"elastore-test-tc-{os.getpid()}"
+NODE, OTHER = "127.0.0.2", "127.0.0.3"
+
+
+@pytest.fixture(scope="module")
+def ns() -> Iterator[str]:
+    try:
+        netns.create(NS)
+    except Exception as exc:  # a required component that cannot start is a failure
+        pytest.fail(f"cannot create the lab network namespace: {exc}")
+    yield NS
+    netns.delete(NS)
+
+
+def test_unshaped_loopback_is_fast(ns: str) -> None:
+    rate = mean_rate(measure(ns, NODE, 9042, 2.0), 0.5, 2.0)
+    assert rate > 400  # far above every rate shaped below
+
+
+def test_client_and_storage_classes_and_a_live_change(ns: str) -> None:
+    shaper = HtbShaper(ns, total_mbit=500)
+    shaper.install([NODE, OTHER], client_mbit=20, storage_mbit=10)
+    try:
+        client = mean_rate(measure(ns, NODE, 9042, 3.0), 1.0, 3.0)
+        assert client == pytest.approx(20, rel=0.10)
+        storage = mean_rate(measure(ns, OTHER, 7000, 3.0), 1.0, 3.0)
+        assert storage == pytest.approx(10, rel=0.10)
+        # live change in the middle of one flow: 20 -> 60 Mbit/s at t = 3 s
+        samples = measure(ns, NODE, 9042, 6.0,
+                       during=[(3.0, lambda: shaper.set_rates(NODE, client_mbit=60))])
+        assert mean_rate(samples, 1.0, 2.8) == pytest.approx(20, rel=0.10)
+        assert mean_rate(samples, 4.0, 6.0) == pytest.approx(60, rel=0.10)
+        handles = {c["handle"] for c in shaper.describe()}
+        assert {"1:10", "1:11", "1:20", "1:21", "1:1", "1:ffff"} <= handles
+    finally:
+        shaper.remove()
+    # exactly what was installed is gone: no HTB left, traffic unshaped again
+    assert not shaper.installed
+    assert mean_rate(measure(ns, NODE, 9042, 2.0), 0.5, 2.0) > 400
+
+
+def test_refuses_the_hosts_own_namespace() -> None:
+    from elastore.errors import ElastoreError
+
+    with pytest.raises(ElastoreError, match="outside an elastore namespace"):
+        HtbShaper("default").install([NODE], 10, 10)
+    with pytest.raises(ElastoreError, match="not an elastore namespace"):
+        netns.delete("default")
