@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck unit clean help
+.PHONY: demo test lint typecheck unit lab-deps clean help
 
 help:
 	@echo "make demo   - create .venv, install, run the main job (elastore simulate) on the built-in default trace"
@@ -38,7 +38,11 @@ typecheck: $(TEST_STAMP)
 unit: $(TEST_STAMP)
 	$(BIN)/pytest -m "not k8s and not lab" $(PYTEST_ARGS)
 
-test: $(TEST_STAMP) lint typecheck
+# the lab suites need the Cassandra jars (Maven Central, cached by version)
+lab-deps: $(TEST_STAMP)
+	$(BIN)/python -c 'from elastore.lab.cassandra import ensure_jars; print("cassandra jars:", ensure_jars())'
+
+test: $(TEST_STAMP) lint typecheck lab-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 clean:

@@ -149,6 +149,29 @@ class HtbShaper:
         self.installed = False
         self.nodes.clear()
 
+    def class_bytes(self) -> dict[int, int]:
+        """Bytes sent through each class so far (the kernel's counters), by handle."""
+        ns = self._ns()
+        try:
+            idx = self._index(ns)
+            out = {}
+            for c in ns.get_classes(index=idx):
+                stats = c.get_attr("TCA_STATS2")
+                basic = stats.get_attr("TCA_STATS_BASIC") if stats is not None else None
+                if basic is None:
+                    legacy = c.get_attr("TCA_STATS")
+                    out[int(c["handle"])] = int(legacy["bytes"]) if legacy else 0
+                else:
+                    out[int(c["handle"])] = int(basic["bytes"])
+            return out
+        finally:
+            ns.close()
+
+    def storage_bytes_to(self, ips: list[str]) -> int:
+        """Bytes that went to the storage port (7000) of ``ips``: what they received."""
+        counts = self.class_bytes()
+        return sum(counts.get(self.nodes[ip].storage, 0) for ip in ips)
+
     def describe(self) -> list[dict[str, Any]]:
         """The installed classes as (handle, rate in Mbit/s) for status output."""
         ns = self._ns()

@@ -1,0 +1,230 @@
+"""Real Cassandra 5.0 nodes from Maven Central jars, on 127.0.0.x inside a lab namespace.
+
+Recipe (../shared/LAB-NOTES.md): Java 17, the jars of ``cassandra-all`` copied by Maven
+(cached by version), ``CassandraDaemon`` with Java 17's module flags, one JMX port per
+node, the Prometheus JMX exporter as a java agent, and short ring delays for speed.
+nodetool is ``org.apache.cassandra.tools.NodeTool`` on the same class path, run inside the
+namespace (JMX listens on the namespace's 127.0.0.1).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from elastore.errors import ElastoreError
+from elastore.lab import netns
+
+CASSANDRA_VERSION = "5.0.4"
+JMX_EXPORTER_VERSION = "1.0.1"
+JMX_BASE_PORT = 7200  # node N listens for JMX on 7200 + N (namespace localhost)
+EXPORTER_PORT = 9500  # node N's metrics on 127.0.0.N:9500
+
+# Java 17 module access Cassandra 5.0 needs (its jvm17-server/-clients options)
+_EXPORTS = ["java.base/jdk.internal.misc", "java.base/jdk.internal.ref", "java.base/sun.nio.ch",
+            "java.management.rmi/com.sun.jmx.remote.internal.rmi", "java.rmi/sun.rmi.registry",
+            "java.rmi/sun.rmi.server", "java.sql/java.sql", "java.base/java.lang.ref",
+            "jdk.unsupported/sun.misc", "jdk.compiler/com.sun.tools.javac.file",
+            "jdk.attach/sun.tools.attach"]
+_OPENS = ["java.base/java.lang.module", "java.base/jdk.internal.loader",
+          "java.base/jdk.internal.ref", "java.base/jdk.internal.reflect",
+          "java.base/jdk.internal.math", "java.base/jdk.internal.module",
+          "java.base/jdk.internal.util.jar", "jdk.management/com.sun.management.internal",
+          "java.base/sun.nio.ch", "java.base/java.io", "java.base/java.lang.reflect",
+          "jdk.compiler/com.sun.tools.javac", "java.base/java.lang", "java.base/java.util",
+          "java.base/java.util.concurrent", "java.base/java.util.concurrent.atomic",
+          "java.base/java.math", "java.base/java.net"]
+JAVA_MODULE_FLAGS = ([f"--add-exports={m}=ALL-UNNAMED" for m in _EXPORTS]
+                     + [f"--add-opens={m}=ALL-UNNAMED" for m in _OPENS]
+                     + ["-Djdk.attach.allowAttachSelf=true",
+                        "-Dio.netty.tryReflectionSetAccessible=true"])
+
+POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>io.elastore</groupId><artifactId>lab-jars</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.cassandra</groupId><artifactId>cassandra-all</artifactId>
+      <version>{cassandra}</version></dependency>
+    <dependency><groupId>io.prometheus.jmx</groupId><artifactId>jmx_prometheus_javaagent</artifactId>
+      <version>{exporter}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+# only what the lab, BwMan and the profiler read: a full dump is ~57,000 series per node
+EXPORTER_CONFIG = """lowercaseOutputName: true
+includeObjectNames:
+  - "org.apache.cassandra.metrics:type=Streaming,*"
+  - "org.apache.cassandra.metrics:type=ClientRequest,*"
+  - "org.apache.cassandra.metrics:type=Storage,*"
+  - "org.apache.cassandra.metrics:type=Compaction,*"
+  - "org.apache.cassandra.metrics:type=ThreadPools,path=request,*"
+rules:
+  - pattern: ".*"
+"""
+
+
+def streaming_outgoing_bytes(ns: str, node: NodeSpec) -> float | None:
+    """Total bytes this node has streamed out (its exporter), or None if unreachable."""
+    res = subprocess.run(netns.command(ns, ["curl", "-s", "--max-time", "2",
+                                            f"http://{node.metrics}/metrics"]),
+                         capture_output=True, text=True, check=False)
+    for line in res.stdout.splitlines():
+        if line.startswith("org_apache_cassandra_metrics_streaming_count") and \
+                'name="TotalOutgoingBytes"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("ELASTORE_CACHE", Path.home() / ".cache" / "elastore"))
+
+
+def ensure_jars(version: str = CASSANDRA_VERSION) -> Path:
+    """The directory of Cassandra's jars (and the JMX exporter), fetched once by Maven."""
+    lib = cache_dir() / f"cassandra-{version}" / "lib"
+    marker = lib / ".complete"
+    if marker.exists():
+        return lib
+    if shutil.which("mvn") is None:
+        raise ElastoreError("Maven (mvn) is needed to fetch the Cassandra jars")
+    work = lib.parent
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "pom.xml").write_text(POM.format(cassandra=version, exporter=JMX_EXPORTER_VERSION))
+    tmp = work / "lib.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    res = subprocess.run(["mvn", "-q", "-B", "-f", str(work / "pom.xml"),
+                          "dependency:copy-dependencies", f"-DoutputDirectory={tmp}"],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise ElastoreError("fetching the Cassandra jars with Maven failed: "
+                            + (res.stdout + res.stderr).strip()[-800:])
+    shutil.rmtree(lib, ignore_errors=True)
+    tmp.rename(lib)
+    marker.touch()
+    return lib
+
+
+def classpath(lib: Path) -> str:
+    return ":".join(str(p) for p in sorted(lib.glob("*.jar")) if "jmx_prometheus" not in p.name)
+
+
+def exporter_jar(lib: Path) -> Path:
+    found = sorted(lib.glob("jmx_prometheus_javaagent-*.jar"))
+    if not found:
+        raise ElastoreError(f"no JMX exporter jar in {lib}")
+    return found[0]
+
+
+@dataclass
+class NodeSpec:
+    n: int  # 1-based; the node listens on 127.0.0.n
+    root: Path  # its directory: data, logs, config
+
+    @property
+    def ip(self) -> str:
+        return f"127.0.0.{self.n}"
+
+    @property
+    def jmx_port(self) -> int:
+        return JMX_BASE_PORT + self.n
+
+    @property
+    def metrics(self) -> str:
+        return f"{self.ip}:{EXPORTER_PORT}"
+
+
+def write_config(node: NodeSpec, seeds: str) -> Path:
+    """cassandra.yaml, logback.xml and the exporter config for one node."""
+    r = node.root
+    for d in ("data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs"):
+        (r / d).mkdir(parents=True, exist_ok=True)
+    yaml = f"""cluster_name: elastore-lab
+num_tokens: 16
+allocate_tokens_for_local_replication_factor: 2
+partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+endpoint_snitch: SimpleSnitch
+seed_provider:
+  - class_name: org.apache.cassandra.locator.SimpleSeedProvider
+    parameters:
+      - seeds: "{seeds}"
+listen_address: {node.ip}
+rpc_address: {node.ip}
+native_transport_port: 9042
+storage_port: 7000
+start_native_transport: true
+data_file_directories: [{r / 'data'}]
+commitlog_directory: {r / 'commitlog'}
+saved_caches_directory: {r / 'saved_caches'}
+hints_directory: {r / 'hints'}
+cdc_raw_directory: {r / 'cdc_raw'}
+commitlog_sync: periodic
+commitlog_sync_period: 10000ms
+concurrent_reads: 8
+concurrent_writes: 8
+concurrent_compactors: 1
+auto_snapshot: false
+# stream whole files through the ordinary, throttled path so setstreamthroughput applies
+stream_entire_sstables: false
+read_request_timeout: 5000ms
+write_request_timeout: 5000ms
+"""
+    (r / "cassandra.yaml").write_text(yaml)
+    (r / "logback.xml").write_text(f"""<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>{r / 'logs' / 'system.log'}</file>
+    <encoder><pattern>%d %-5level [%thread] %logger{{1}} %msg%n</pattern></encoder>
+  </appender>
+  <root level="INFO"><appender-ref ref="FILE"/></root>
+</configuration>
+""")
+    (r / "exporter.yaml").write_text(EXPORTER_CONFIG)
+    return r / "cassandra.yaml"
+
+
+def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000) -> list[str]:
+    r = node.root
+    return [
+        "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k",
+        *JAVA_MODULE_FLAGS,
+        f"-javaagent:{exporter_jar(lib)}={node.metrics}:{r / 'exporter.yaml'}",
+        f"-Dcassandra.config=file://{r / 'cassandra.yaml'}",
+        f"-Dcassandra.storagedir={r}", f"-Dcassandra.logdir={r / 'logs'}",
+        f"-Dlogback.configurationFile={r / 'logback.xml'}",
+        f"-Dcassandra.jmx.local.port={node.jmx_port}",
+        "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        f"-Dcassandra.ring_delay_ms={ring_delay_ms}",
+        "-Dcassandra.superuser_setup_delay_ms=0", "-Dchronicle.analytics.disable=true",
+        "-Dcassandra-foreground=yes",
+        "-cp", classpath(lib), "org.apache.cassandra.service.CassandraDaemon",
+    ]
+
+
+def start_node(ns: str, node: NodeSpec, lib: Path, heap: str) -> subprocess.Popen[bytes]:
+    """Start the node inside ``ns``; ``ip netns exec`` execs java, so the PID is java's."""
+    log = (node.root / "logs" / "stdout.log").open("ab")
+    return subprocess.Popen(netns.command(ns, node_command(node, lib, heap)), stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def nodetool(ns: str, lib: Path, jmx_port: int, *args: str, timeout: float = 120
+             ) -> subprocess.CompletedProcess[str]:
+    cmd = ["java", "-Xmx128m", *JAVA_MODULE_FLAGS, "-cp", classpath(lib),
+           "-Dlogback.configurationFile=/dev/null",
+           "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1", "-p", str(jmx_port), *args]
+    return subprocess.run(netns.command(ns, cmd), capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def wait_for(predicate_desc: str, check: object, timeout_s: float, every_s: float = 2.0) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(every_s)
+    raise ElastoreError(f"timed out after {timeout_s:.0f} s waiting for {predicate_desc}")

@@ -1,0 +1,113 @@
+"""``elastore lab ...``: a real local Cassandra cluster in its own network namespace."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from elastore.cli import ElastoreGroup, log
+from elastore.lab import lab
+
+
+@click.group("lab", cls=ElastoreGroup)
+def lab_group() -> None:
+    """Real Cassandra 5.0 nodes (Maven Central jars, Java 17) on 127.0.0.x inside the
+    network namespace 'elastore-lab'. Needs root (network namespaces).
+
+    \b
+    Example:
+      elastore lab up --nodes 3 && elastore lab status && elastore lab down
+    """
+
+
+@lab_group.command("up")
+@click.option("--nodes", type=click.IntRange(1, lab.MAX_NODES), default=3, show_default=True)
+@click.option("--heap", default="256M", show_default=True, help="JVM heap per node.")
+def up_cmd(nodes: int, heap: str) -> None:
+    """Fetch the jars (cached), create the namespace and start the nodes one by one.
+
+    \b
+    Example:
+      elastore lab up --nodes 3 --heap 256M
+    """
+    state = lab.up(nodes, heap)
+    click.echo(f"lab up in namespace {state.netns} (state: {lab.lab_dir() / 'lab.json'})")
+    for n in state.nodes:
+        s = n.spec
+        click.echo(f"  node {n.n}: CQL {s.ip}:9042, storage {s.ip}:7000, JMX 127.0.0.1:"
+                   f"{s.jmx_port}, metrics http://{s.metrics}/metrics, pid {n.pid}, "
+                   f"data {n.root}")
+    click.echo(f"reach them from inside the namespace: ip netns exec {state.netns} ...")
+
+
+@lab_group.command("status")
+@click.option("--json", "as_json", is_flag=True)
+def status_cmd(as_json: bool) -> None:
+    """The ring, per-node load and the nodes' metrics endpoints.
+
+    \b
+    Example:
+      elastore lab status
+    """
+    st = lab.status()
+    if as_json:
+        click.echo(json.dumps(st, indent=2))
+        return
+    for n in st["nodes"]:
+        click.echo(f"node {n['n']} {n['ip']} pid {n['pid']} "
+                   f"{'alive' if n['alive'] else 'NOT RUNNING'} metrics {n['metrics']}")
+    click.echo("\n".join(line for line in st["ring"].splitlines() if "DEBUG" not in line))
+
+
+@lab_group.command("down")
+def down_cmd() -> None:
+    """Stop exactly what 'up' started (by PID) and remove the namespace. Safe to repeat.
+
+    \b
+    Example:
+      elastore lab down
+    """
+    done = lab.down()
+    click.echo("\n".join(done) if done else "nothing to do: no lab was up")
+
+
+@lab_group.command("add-node")
+def add_node_cmd() -> None:
+    """Bootstrap one more node and wait until it has joined.
+
+    \b
+    Example:
+      elastore lab add-node
+    """
+    n = lab.add_node()
+    click.echo(f"node {n.n} ({n.spec.ip}) joined, pid {n.pid}")
+
+
+@lab_group.command("decommission")
+@click.argument("node")
+def decommission_cmd(node: str) -> None:
+    """Decommission NODE (number or IP) safely: refuse below RF, fix the system keyspaces'
+    RF, wait until it has LEFT, then stop its JVM.
+
+    \b
+    Example:
+      elastore lab decommission 3
+    """
+    secs = lab.decommission(node)
+    click.echo(f"node {node} decommissioned in {secs:.0f} s")
+
+
+@lab_group.command("set-stream-throughput")
+@click.argument("node")
+@click.argument("mib_s", type=float)
+def stream_cmd(node: str, mib_s: float) -> None:
+    """Throttle NODE's outgoing streaming to MIB_S MiB/s (nodetool setstreamthroughput -m).
+
+    \b
+    Example:
+      elastore lab set-stream-throughput 3 2
+    """
+    lab.set_stream_throughput(node, mib_s)
+    log.info("node %s: stream throughput %g MiB/s", node, mib_s)
+    click.echo(f"node {node}: stream throughput {mib_s:g} MiB/s")

@@ -1,0 +1,92 @@
+"""CQL helpers that run *inside* the lab namespace (the nodes' 127.0.0.x addresses are
+only reachable there):
+
+    python -m elastore.lab.cql HOSTS write KEYSPACE ROWS VALUE_BYTES SEED RF
+    python -m elastore.lab.cql HOSTS verify KEYSPACE
+    python -m elastore.lab.cql HOSTS keyspaces
+    python -m elastore.lab.cql HOSTS alter-system-rf RF
+
+Each prints one JSON line. Values are incompressible (seeded random bytes), so streaming
+really moves them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+
+def value_for(seed: int, key: int, size: int) -> bytes:
+    return np.random.default_rng([seed, key]).bytes(size)
+
+
+def digest(rows: list[tuple[int, bytes]]) -> str:
+    h = hashlib.sha256()
+    for k, v in sorted(rows):
+        h.update(k.to_bytes(8, "big"))
+        h.update(hashlib.sha256(v).digest())
+    return h.hexdigest()
+
+
+def session(hosts: list[str]) -> Any:
+    from cassandra.cluster import Cluster
+    from cassandra.policies import RoundRobinPolicy
+
+    cluster = Cluster(hosts, port=9042, load_balancing_policy=RoundRobinPolicy(),
+                      protocol_version=5, connect_timeout=20)
+    return cluster, cluster.connect()
+
+
+def main() -> None:
+    from cassandra import ConsistencyLevel
+    from cassandra.query import SimpleStatement
+
+    hosts = sys.argv[1].split(",")
+    cmd = sys.argv[2]
+    cluster, s = session(hosts)
+    try:
+        if cmd == "write":
+            ks, rows, size, seed, rf = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), \
+                int(sys.argv[6]), int(sys.argv[7])
+            s.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
+                      f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+            s.execute(f"CREATE TABLE IF NOT EXISTS {ks}.kv (k bigint PRIMARY KEY, v blob)")
+            ins = s.prepare(f"INSERT INTO {ks}.kv (k, v) VALUES (?, ?)")
+            ins.consistency_level = ConsistencyLevel.ALL
+            from cassandra.concurrent import execute_concurrent_with_args
+
+            data = [(k, value_for(seed, k, size)) for k in range(rows)]
+            for i in range(0, rows, 500):
+                res = execute_concurrent_with_args(s, ins, data[i : i + 500], concurrency=32,
+                                                   raise_on_first_error=True)
+                assert all(ok for ok, _ in res)
+            out: dict[str, Any] = {"rows": rows, "checksum": digest(data)}
+        elif cmd == "verify":
+            ks = sys.argv[3]
+            st = SimpleStatement(f"SELECT k, v FROM {ks}.kv", fetch_size=500,
+                                 consistency_level=ConsistencyLevel.ALL)
+            rows_read = [(int(r.k), bytes(r.v)) for r in s.execute(st, timeout=120)]
+            out = {"rows": len(rows_read), "checksum": digest(rows_read)}
+        elif cmd == "keyspaces":
+            out = {}
+            for r in s.execute("SELECT keyspace_name, replication FROM system_schema.keyspaces"):
+                out[r.keyspace_name] = dict(r.replication)
+        elif cmd == "alter-system-rf":
+            rf = int(sys.argv[3])
+            for ks in ("system_distributed", "system_traces", "system_auth"):
+                s.execute(f"ALTER KEYSPACE {ks} WITH replication = "
+                          f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+            out = {"system_rf": rf}
+        else:
+            raise SystemExit(f"unknown command {cmd!r}")
+        print(json.dumps(out), flush=True)
+    finally:
+        cluster.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""``elastore lab``: a real local Cassandra cluster in a network namespace of its own.
+
+State (the namespace, every node's PID, directory and ports) is written to
+``$ELASTORE_LAB_DIR/lab.json`` (default ``~/.local/state/elastore/lab``) after every step,
+so a crashed ``up`` leaves enough behind for ``down`` to clean up. ``down`` stops exactly the
+processes ``up`` started, by PID, after checking each PID still runs *our* node (its
+command line names the node's directory), then removes the namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elastore.errors import ElastoreError
+from elastore.lab import netns
+from elastore.lab.cassandra import (
+    CASSANDRA_VERSION,
+    NodeSpec,
+    ensure_jars,
+    nodetool,
+    start_node,
+    wait_for,
+    write_config,
+)
+
+log = logging.getLogger("elastore.lab")
+NAMESPACE = "elastore-lab"
+MAX_NODES = 4
+
+
+def lab_dir() -> Path:
+    return Path(os.environ.get("ELASTORE_LAB_DIR",
+                               Path.home() / ".local" / "state" / "elastore" / "lab"))
+
+
+@dataclass
+class NodeState:
+    n: int
+    pid: int
+    root: str
+
+    @property
+    def spec(self) -> NodeSpec:
+        return NodeSpec(self.n, Path(self.root))
+
+
+@dataclass
+class LabState:
+    netns: str
+    heap: str
+    version: str = CASSANDRA_VERSION
+    nodes: list[NodeState] = field(default_factory=list)
+
+    def save(self, d: Path) -> None:
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / "lab.json.tmp"
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(d / "lab.json")
+
+    @classmethod
+    def load(cls, d: Path) -> LabState | None:
+        p = d / "lab.json"
+        if not p.exists():
+            return None
+        try:
+            doc = json.loads(p.read_text())
+            return cls(doc["netns"], doc["heap"], doc.get("version", CASSANDRA_VERSION),
+                       [NodeState(**n) for n in doc["nodes"]])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
+
+
+def _ours(pid: int, root: str) -> bool:
+    """Whether ``pid`` still runs the node we started in ``root``."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return False
+    return root in cmdline and "CassandraDaemon" in cmdline
+
+
+def _stop(pid: int, root: str, timeout: float = 30) -> bool:
+    if not _ours(pid, root):
+        return False
+    os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not _ours(pid, root):
+            return True
+        time.sleep(0.3)
+    if _ours(pid, root):
+        os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def _ring(state: LabState, via: NodeState, lib: Path) -> dict[str, str]:
+    """ip -> status code (UN, UJ, UL, DN ...) from nodetool status."""
+    res = nodetool(state.netns, lib, via.spec.jmx_port, "status")
+    if res.returncode != 0:
+        return {}
+    out = {}
+    for line in res.stdout.splitlines():
+        m = re.match(r"^([UD][NLJM])\s+(127\.0\.0\.\d+)\s", line)
+        if m:
+            out[m.group(2)] = m.group(1)
+    return out
+
+
+def cql(state: LabState, *args: str, timeout: float = 300) -> dict[str, Any]:
+    """Run the CQL helper inside the namespace against the live nodes."""
+    hosts = ",".join(n.spec.ip for n in state.nodes)
+    cmd = netns.command(state.netns, [sys.executable, "-m", "elastore.lab.cql", hosts, *args])
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if res.returncode != 0:
+        raise ElastoreError(f"cql {' '.join(args)} failed: {res.stderr.strip()[-600:]}")
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def down(d: Path | None = None) -> list[str]:
+    """Stop what ``up`` started and remove the namespace. Safe to repeat."""
+    d = d or lab_dir()
+    done = []
+    state = LabState.load(d)
+    if state is not None:
+        for node in state.nodes:
+            if _stop(node.pid, node.root):
+                done.append(f"stopped node {node.n} (pid {node.pid})")
+        ns = state.netns
+    else:
+        ns = NAMESPACE
+    if netns.exists(ns):
+        netns.delete(ns)
+        done.append(f"removed namespace {ns}")
+    shutil.rmtree(d / "nodes", ignore_errors=True)
+    (d / "lab.json").unlink(missing_ok=True)
+    return done
+
+
+def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
+       namespace: str = NAMESPACE) -> LabState:
+    if not 1 <= nodes <= MAX_NODES:
+        raise ElastoreError(f"--nodes must be 1..{MAX_NODES} on this machine (2 cores)")
+    d = d or lab_dir()
+    old = LabState.load(d)
+    if old is not None and any(_ours(n.pid, n.root) for n in old.nodes):
+        raise ElastoreError("a lab is already up: run 'elastore lab down' first")
+    down(d)  # whatever a crashed up left behind
+    log.info("fetching Cassandra %s jars (cached) ...", CASSANDRA_VERSION)
+    lib = ensure_jars()
+    netns.create(namespace)
+    state = LabState(namespace, heap)
+    state.save(d)
+    for _ in range(nodes):
+        _add(state, lib, d)
+    return state
+
+
+def _add(state: LabState, lib: Path, d: Path) -> NodeState:
+    used = {n.n for n in state.nodes}
+    n = min(k for k in range(1, MAX_NODES + 2) if k not in used)
+    if len(state.nodes) >= MAX_NODES:
+        raise ElastoreError(f"at most {MAX_NODES} nodes on this machine")
+    root = d / "nodes" / f"n{n}"
+    shutil.rmtree(root, ignore_errors=True)  # a re-added IP must start from empty data
+    spec = NodeSpec(n, root)
+    seed = state.nodes[0].spec.ip if state.nodes else spec.ip
+    write_config(spec, f"{seed}:7000")
+    t0 = time.monotonic()
+    log.info("starting node %d on %s ...", n, spec.ip)
+    proc = start_node(state.netns, spec, lib, state.heap)
+    node = NodeState(n, proc.pid, str(root))
+    state.nodes.append(node)
+    state.save(d)
+
+    def joined() -> bool:
+        if proc.poll() is not None:
+            tail = (root / "logs" / "system.log").read_text()[-1500:] if (
+                root / "logs" / "system.log").exists() else ""
+            raise ElastoreError(f"node {n} exited with {proc.returncode}: {tail}")
+        return _ring(state, node, lib).get(spec.ip) == "UN"
+
+    wait_for(f"node {n} ({spec.ip}) to join the ring", joined, timeout_s=240)
+    log.info("node %d up in %.0f s", n, time.monotonic() - t0)
+    return node
+
+
+def add_node(d: Path | None = None) -> NodeState:
+    d = d or lab_dir()
+    state = _require(d)
+    return _add(state, ensure_jars(), d)
+
+
+def _require(d: Path) -> LabState:
+    state = LabState.load(d)
+    if state is None or not state.nodes:
+        raise ElastoreError("no lab is up: run 'elastore lab up' first")
+    return state
+
+
+def _node(state: LabState, which: str | int) -> NodeState:
+    key = str(which)
+    for n in state.nodes:
+        if key in (str(n.n), n.spec.ip):
+            return n
+    raise ElastoreError(f"no node {which!r} (nodes: "
+                        f"{', '.join(f'{n.n}={n.spec.ip}' for n in state.nodes)})")
+
+
+def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None) -> None:
+    state = _require(d or lab_dir())
+    node = _node(state, which)
+    if not mibps > 0:
+        raise ElastoreError(f"stream throughput must be > 0 MiB/s, got {mibps}")
+    res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "setstreamthroughput",
+                   "-m", f"{mibps:g}")
+    if res.returncode != 0:
+        raise ElastoreError(f"setstreamthroughput on node {node.n}: {res.stderr.strip()}")
+
+
+def decommission(which: str | int, d: Path | None = None) -> float:
+    """Decommission a node safely; returns the seconds the decommission took.
+
+    Refuses if fewer nodes than a keyspace's replication factor would remain; first lowers
+    the system keyspaces' RF to what remains; waits until the node has LEFT; stops its JVM
+    (which stays up after DECOMMISSIONED) by PID.
+    """
+    d = d or lab_dir()
+    state = _require(d)
+    node = _node(state, which)
+    remaining = len(state.nodes) - 1
+    ks = cql(state, "keyspaces")
+    for name, repl in ks.items():
+        if name.startswith("system"):
+            continue
+        rf = int(repl.get("replication_factor", 0) or 0)
+        if rf > remaining:
+            raise ElastoreError(f"refusing: keyspace {name} has RF {rf} and only {remaining} "
+                                "node(s) would remain")
+    cql(state, "alter-system-rf", str(max(1, min(3, remaining))))
+    lib = ensure_jars()
+    t0 = time.monotonic()
+    log.info("decommissioning node %d (%s) ...", node.n, node.spec.ip)
+    res = nodetool(state.netns, lib, node.spec.jmx_port, "decommission", timeout=3600)
+    if res.returncode != 0:
+        raise ElastoreError(f"decommission of node {node.n} failed: "
+                            f"{(res.stdout + res.stderr).strip()[-600:]}")
+    secs = time.monotonic() - t0
+    other = next(n for n in state.nodes if n is not node)
+    wait_for(f"node {node.n} to leave the ring",
+             lambda: node.spec.ip not in _ring(state, other, lib), timeout_s=120)
+    _stop(node.pid, node.root)
+    state.nodes.remove(node)
+    state.save(d)
+    shutil.rmtree(node.root, ignore_errors=True)
+    return secs
+
+
+def status(d: Path | None = None) -> dict[str, Any]:
+    state = _require(d or lab_dir())
+    lib = ensure_jars()
+    live = [n for n in state.nodes if _ours(n.pid, n.root)]
+    res = nodetool(state.netns, lib, live[0].spec.jmx_port, "status") if live else None
+    return {
+        "namespace": state.netns,
+        "nodes": [{"n": n.n, "ip": n.spec.ip, "pid": n.pid, "alive": _ours(n.pid, n.root),
+                   "jmx_port": n.spec.jmx_port, "metrics": f"http://{n.spec.metrics}/metrics"}
+                  for n in state.nodes],
+        "ring": res.stdout if res is not None and res.returncode == 0 else "(unreachable)",
+    }

@@ -1,0 +1,105 @@
+"""The real lab: three Cassandra nodes, a known data set, a throttled decommission.
+
+Runs in a network namespace and a state directory of this test run's own; connects only
+to 127.0.0.x inside that namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from elastore.actuators.tc import HtbShaper
+from elastore.errors import ElastoreError
+from elastore.lab import lab, netns
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+NS = f"elastore-test-c-{os.getpid()}"
+THROTTLE_MIBPS = 2.0
+ROWS, VALUE_BYTES = 6000, 10 * 1024  # ~60 MiB of incompressible values, RF 2
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    d = tmp_path_factory.mktemp("lab")
+    try:
+        lab.up(3, "256M", d=d, namespace=NS)
+    except Exception as exc:  # a required component that cannot start is a failure
+        lab.down(d)
+        pytest.fail(f"the Cassandra lab did not come up: {exc}")
+    yield d
+    lab.down(d)
+    assert not netns.exists(NS)
+
+
+def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 3
+    written = lab.cql(state, "write", "ks", str(ROWS), str(VALUE_BYTES), "7", "2")
+    leaving = state.nodes[-1]
+    receivers = [n.spec.ip for n in state.nodes[:-1]]
+    lab.set_stream_throughput(leaving.n, THROTTLE_MIBPS, d=cluster)
+    # measure what actually crosses the wire: the lab's loopback under an HTB whose rates
+    # (4 Gbit/s a class) limit nothing, read the receivers' port-7000 byte counters
+    meter = HtbShaper(state.netns, total_mbit=10_000)
+    meter.install([n.spec.ip for n in state.nodes], client_mbit=4000, storage_mbit=4000)
+    samples: list[tuple[float, float]] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.is_set():
+            samples.append((time.monotonic(), float(meter.storage_bytes_to(receivers))))
+            time.sleep(0.5)
+
+    t = threading.Thread(target=poll, daemon=True)
+    t.start()
+    try:
+        lab.decommission(leaving.n, d=cluster)
+    finally:
+        done.set()
+        t.join()
+        meter.remove()
+    after = lab.LabState.load(cluster)
+    assert after is not None and [n.n for n in after.nodes] == [1, 2]
+    # no row lost: count and checksum over every value, read at CL=ALL
+    read = lab.cql(after, "verify", "ks")
+    assert read == written
+    # the throttle was honoured: the rate while streaming (intervals well above the gossip
+    # background), from the first to the last such interval
+    ts = np.array([s[0] for s in samples])
+    bs = np.array([s[1] for s in samples])
+    rates = np.diff(bs) / np.diff(ts) / 2**20
+    active = np.flatnonzero(rates > 0.5 * THROTTLE_MIBPS)
+    assert active.size >= 10, list(np.round(rates, 2))
+    lo, hi = active[0], active[-1] + 1
+    measured = (bs[hi] - bs[lo]) / (ts[hi] - ts[lo]) / 2**20
+    moved = (bs[hi] - bs[lo]) / 2**20
+    assert moved > 20, moved  # enough data moved for the rate to mean something
+    print(f"decommission streamed {moved:.1f} MiB at {measured:.2f} MiB/s "
+          f"(throttle {THROTTLE_MIBPS} MiB/s)")
+    assert measured == pytest.approx(THROTTLE_MIBPS, rel=0.15), (measured, moved)
+
+
+def test_decommission_refuses_below_rf(cluster: Path) -> None:
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 2  # after the test above
+    with pytest.raises(ElastoreError, match="refusing: keyspace ks has RF 2"):
+        lab.decommission(state.nodes[-1].n, d=cluster)
+
+
+def test_up_refuses_a_second_lab_and_down_is_idempotent(tmp_path: Path) -> None:
+    # a crashed 'up' leaves a state file with dead PIDs: down cleans it, twice in a row
+    d = tmp_path / "crashed"
+    state = lab.LabState(f"elastore-test-x-{os.getpid()}", "256M",
+                         nodes=[lab.NodeState(1, 999_999, str(d / "nodes" / "n1"))])
+    netns.create(state.netns)
+    state.save(d)
+    assert lab.down(d) == [f"removed namespace {state.netns}"]
+    assert lab.down(d) == []
+    assert not (d / "lab.json").exists()
