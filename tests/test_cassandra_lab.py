@@ -6,6 +6,7 @@ to 127.0.0.x inside that namespace.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -38,6 +39,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     assert not netns.exists(NS)
 
 
+def test_prometheus_scrapes_every_node(cluster: Path) -> None:
+    state = lab.LabState.load(cluster)
+    assert state is not None
+    deadline = time.monotonic() + 60
+    while True:
+        st = lab.status(cluster)
+        nodes = {t["instance"]: t["health"] for t in st["targets"] if t["job"] == "cassandra"}
+        if len(nodes) == 3 and all(h == "up" for h in nodes.values()):
+            break
+        assert time.monotonic() < deadline, st["targets"]
+        time.sleep(2)
+    assert set(nodes) == {n.spec.metrics for n in state.nodes}
+    raw = lab.prometheus_get(state, "/api/v1/query?query=up%7Bjob%3D%22cassandra%22%7D")
+    assert raw is not None
+    result = json.loads(raw)["data"]["result"]
+    assert sorted(r["value"][1] for r in result) == ["1", "1", "1"]
+    assert "UN  127.0.0.3" in st["ring"]
+
+
 def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 3
@@ -67,6 +87,7 @@ def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
         meter.remove()
     after = lab.LabState.load(cluster)
     assert after is not None and [n.n for n in after.nodes] == [1, 2]
+    assert lab._ours(after.prometheus_pid, after.prometheus_dir, "prometheus")
     # no row lost: count and checksum over every value, read at CL=ALL
     read = lab.cql(after, "verify", "ks")
     assert read == written
@@ -100,6 +121,6 @@ def test_up_refuses_a_second_lab_and_down_is_idempotent(tmp_path: Path) -> None:
                          nodes=[lab.NodeState(1, 999_999, str(d / "nodes" / "n1"))])
     netns.create(state.netns)
     state.save(d)
-    assert lab.down(d) == [f"removed namespace {state.netns}"]
+    assert lab.down(d) == [f"removed namespace {state.netns}"]  # dead PIDs: nothing killed
     assert lab.down(d) == []
     assert not (d / "lab.json").exists()

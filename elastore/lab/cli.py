@@ -38,6 +38,7 @@ def up_cmd(nodes: int, heap: str) -> None:
         click.echo(f"  node {n.n}: CQL {s.ip}:9042, storage {s.ip}:7000, JMX 127.0.0.1:"
                    f"{s.jmx_port}, metrics http://{s.metrics}/metrics, pid {n.pid}, "
                    f"data {n.root}")
+    click.echo(f"  Prometheus: http://{lab.PROMETHEUS_ADDR} (pid {state.prometheus_pid})")
     click.echo(f"reach them from inside the namespace: ip netns exec {state.netns} ...")
 
 
@@ -57,6 +58,9 @@ def status_cmd(as_json: bool) -> None:
     for n in st["nodes"]:
         click.echo(f"node {n['n']} {n['ip']} pid {n['pid']} "
                    f"{'alive' if n['alive'] else 'NOT RUNNING'} metrics {n['metrics']}")
+    click.echo(f"Prometheus {st['prometheus']}")
+    for t in st["targets"]:
+        click.echo(f"  target {t['job']:<10} {t['instance']:<18} {t['health']}")
     click.echo("\n".join(line for line in st["ring"].splitlines() if "DEBUG" not in line))
 
 

@@ -55,12 +55,18 @@ class NodeState:
         return NodeSpec(self.n, Path(self.root))
 
 
+PROMETHEUS_ADDR = "127.0.0.1:9090"
+LOADGEN_METRICS = "127.0.0.1:9600"  # where `elastore load run` exports its metrics
+
+
 @dataclass
 class LabState:
     netns: str
     heap: str
     version: str = CASSANDRA_VERSION
     nodes: list[NodeState] = field(default_factory=list)
+    prometheus_pid: int = 0
+    prometheus_dir: str = ""
 
     def save(self, d: Path) -> None:
         d.mkdir(parents=True, exist_ok=True)
@@ -76,32 +82,88 @@ class LabState:
         try:
             doc = json.loads(p.read_text())
             return cls(doc["netns"], doc["heap"], doc.get("version", CASSANDRA_VERSION),
-                       [NodeState(**n) for n in doc["nodes"]])
+                       [NodeState(**n) for n in doc["nodes"]],
+                       int(doc.get("prometheus_pid", 0)), str(doc.get("prometheus_dir", "")))
         except (ValueError, KeyError, TypeError) as exc:
             raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
 
 
-def _ours(pid: int, root: str) -> bool:
-    """Whether ``pid`` still runs the node we started in ``root``."""
+def _ours(pid: int, root: str, program: str = "CassandraDaemon") -> bool:
+    """Whether ``pid`` still runs the process we started for ``root``."""
+    if pid <= 0 or not root:
+        return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return False
-    return root in cmdline and "CassandraDaemon" in cmdline
+    return root in cmdline and program in cmdline
 
 
-def _stop(pid: int, root: str, timeout: float = 30) -> bool:
-    if not _ours(pid, root):
+def _stop(pid: int, root: str, timeout: float = 30, program: str = "CassandraDaemon") -> bool:
+    if not _ours(pid, root, program):
         return False
     os.kill(pid, signal.SIGTERM)
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if not _ours(pid, root):
+        if not _ours(pid, root, program):
             return True
         time.sleep(0.3)
-    if _ours(pid, root):
+    if _ours(pid, root, program):
         os.kill(pid, signal.SIGKILL)
     return True
+
+
+def _prometheus_config(state: LabState) -> Path:
+    d = Path(state.prometheus_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    nodes = ", ".join(f"'{n.spec.metrics}'" for n in state.nodes)
+    cfg = d / "prometheus.yml"
+    tmp = d / "prometheus.yml.tmp"
+    tmp.write_text(f"""global:
+  scrape_interval: 2s
+  evaluation_interval: 2s
+scrape_configs:
+  - job_name: cassandra
+    static_configs:
+      - targets: [{nodes}]
+  - job_name: loadgen
+    static_configs:
+      - targets: ['{LOADGEN_METRICS}']
+""")
+    tmp.replace(cfg)
+    return cfg
+
+
+def _start_prometheus(state: LabState, d: Path) -> None:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise ElastoreError("Prometheus is not installed (Debian: apt-get install prometheus; "
+                            "'make test' installs it)")
+    state.prometheus_dir = str(d / "prometheus")
+    cfg = _prometheus_config(state)
+    logf = (Path(state.prometheus_dir) / "prometheus.log").open("ab")
+    proc = subprocess.Popen(netns.command(state.netns, [
+        binary, f"--config.file={cfg}", f"--web.listen-address={PROMETHEUS_ADDR}",
+        f"--storage.tsdb.path={Path(state.prometheus_dir) / 'tsdb'}", "--log.level=warn"]),
+        stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    state.prometheus_pid = proc.pid
+    state.save(d)
+    wait_for("Prometheus to be ready", lambda: prometheus_get(state, "/-/ready") is not None,
+             timeout_s=60, every_s=0.5)
+
+
+def prometheus_get(state: LabState, path: str) -> str | None:
+    """GET a Prometheus path from inside the namespace; None if it does not answer."""
+    res = subprocess.run(netns.command(state.netns, [
+        "curl", "-sf", "--max-time", "3", f"http://{PROMETHEUS_ADDR}{path}"]),
+        capture_output=True, text=True, check=False)
+    return res.stdout if res.returncode == 0 else None
+
+
+def _reload_prometheus(state: LabState) -> None:
+    if _ours(state.prometheus_pid, state.prometheus_dir, "prometheus"):
+        _prometheus_config(state)
+        os.kill(state.prometheus_pid, signal.SIGHUP)
 
 
 def _ring(state: LabState, via: NodeState, lib: Path) -> dict[str, str]:
@@ -136,6 +198,8 @@ def down(d: Path | None = None) -> list[str]:
         for node in state.nodes:
             if _stop(node.pid, node.root):
                 done.append(f"stopped node {node.n} (pid {node.pid})")
+        if _stop(state.prometheus_pid, state.prometheus_dir, program="prometheus"):
+            done.append(f"stopped Prometheus (pid {state.prometheus_pid})")
         ns = state.netns
     else:
         ns = NAMESPACE
@@ -143,6 +207,7 @@ def down(d: Path | None = None) -> list[str]:
         netns.delete(ns)
         done.append(f"removed namespace {ns}")
     shutil.rmtree(d / "nodes", ignore_errors=True)
+    shutil.rmtree(d / "prometheus", ignore_errors=True)
     (d / "lab.json").unlink(missing_ok=True)
     return done
 
@@ -163,6 +228,8 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
     state.save(d)
     for _ in range(nodes):
         _add(state, lib, d)
+    log.info("starting Prometheus on %s ...", PROMETHEUS_ADDR)
+    _start_prometheus(state, d)
     return state
 
 
@@ -192,6 +259,7 @@ def _add(state: LabState, lib: Path, d: Path) -> NodeState:
 
     wait_for(f"node {n} ({spec.ip}) to join the ring", joined, timeout_s=240)
     log.info("node %d up in %.0f s", n, time.monotonic() - t0)
+    _reload_prometheus(state)
     return node
 
 
@@ -262,6 +330,7 @@ def decommission(which: str | int, d: Path | None = None) -> float:
     _stop(node.pid, node.root)
     state.nodes.remove(node)
     state.save(d)
+    _reload_prometheus(state)
     shutil.rmtree(node.root, ignore_errors=True)
     return secs
 
@@ -271,8 +340,16 @@ def status(d: Path | None = None) -> dict[str, Any]:
     lib = ensure_jars()
     live = [n for n in state.nodes if _ours(n.pid, n.root)]
     res = nodetool(state.netns, lib, live[0].spec.jmx_port, "status") if live else None
+    targets: list[dict[str, str]] = []
+    raw = prometheus_get(state, "/api/v1/targets")
+    if raw:
+        for t in json.loads(raw)["data"]["activeTargets"]:
+            targets.append({"job": t["labels"]["job"], "instance": t["labels"]["instance"],
+                            "health": t["health"]})
     return {
         "namespace": state.netns,
+        "prometheus": f"http://{PROMETHEUS_ADDR}" if raw else "(not answering)",
+        "targets": targets,
         "nodes": [{"n": n.n, "ip": n.spec.ip, "pid": n.pid, "alive": _ours(n.pid, n.root),
                    "jmx_port": n.spec.jmx_port, "metrics": f"http://{n.spec.metrics}/metrics"}
                   for n in state.nodes],
