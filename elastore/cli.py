@@ -121,12 +121,13 @@ def main() -> None:
 def register() -> None:
     """Attach every command group (imported late so ``--help`` stays fast)."""
     from elastore.lab.cli import lab_group
+    from elastore.lab.loadcli import load_group
     from elastore.models.cli import models
     from elastore.predictor.cli import predict
     from elastore.sim.cli import simulate_cmd
     from elastore.traces.cli import trace
 
-    for cmd in (trace, predict, models, simulate_cmd, lab_group):
+    for cmd in (trace, predict, models, simulate_cmd, lab_group, load_group):
         cli.add_command(cmd)
 
 

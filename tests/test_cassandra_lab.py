@@ -58,6 +58,46 @@ def test_prometheus_scrapes_every_node(cluster: Path) -> None:
     assert "UN  127.0.0.3" in st["ring"]
 
 
+def test_load_generator_replays_a_workload(cluster: Path, tmp_path: Path) -> None:
+    """`elastore load run` inside the namespace: scheduled rates are met at a load the lab
+    carries, every window is in the CSV, and Prometheus scrapes the generator."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from elastore.traces import read_pages_csv
+    from elastore.traces.workload import BuildParams, build_workload
+
+    rows = ["hour_utc,page,requests"]
+    for h in range(3):
+        for i in range(200):
+            rows.append(f"2016-01-01 {h:02d}:00:00,P{i},{int(5000 * (i + 1) ** -1.1) + 100}")
+    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
+    wl = build_workload(read_pages_csv(tmp_path / "p.csv"),
+                        BuildParams(hour_seconds=10.0, windows_per_hour=5, peak_rps=150.0))
+    wl.save(tmp_path / "wl.json")
+    out = tmp_path / "load.csv"
+    env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
+    res = subprocess.run([sys.executable, "-m", "elastore", "load", "run",
+                          str(tmp_path / "wl.json"), "--out", str(out)],
+                         env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    frame = pd.read_csv(out)
+    assert len(frame) == 15 and frame["errors"].sum() == 0
+    assert frame["achieved_rps"].sum() == pytest.approx(frame["scheduled_rps"].sum(), rel=0.02)
+    assert (frame["p95_ms"] > 0).all()
+    assert "achieved" in res.stdout
+    # the lab's Prometheus scraped the generator while it ran
+    state = lab.LabState.load(cluster)
+    assert state is not None
+    raw = lab.prometheus_get(state, "/api/v1/query?query=max_over_time("
+                             "elastore_load_requests_total%5B10m%5D)")
+    assert raw is not None
+    result = json.loads(raw)["data"]["result"]
+    assert result and max(float(r["value"][1]) for r in result) > 0, raw
+
+
 def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 3

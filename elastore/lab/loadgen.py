@@ -1,0 +1,214 @@
+"""``elastore load run``: replay a workload against the lab's Cassandra, open loop.
+
+Requests are *scheduled* by the workload (per window, Poisson arrivals at the window's
+read and write rates) and issued by at most ``concurrency`` in-flight clients (50 by
+default, as in the paper's generator). When the store cannot keep up, scheduled requests
+queue; latency is measured from the scheduled time, so queueing shows in it. Keys are drawn
+from the workload's popularity table; values are 10 KiB of incompressible bytes.
+
+Exports to Prometheus (prometheus-client, on the lab's loadgen address) and writes a CSV
+with one row per window: scheduled and achieved rates, errors, p50/p95/p99 latency.
+Must run inside the lab namespace (the CLI re-enters it).
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from elastore.errors import ElastoreError
+from elastore.traces.workload import Workload
+
+log = logging.getLogger("elastore.load")
+VALUE_BYTES = 10 * 1024
+
+
+@dataclass
+class WindowStats:
+    index: int
+    start_s: float
+    scheduled: int = 0
+    completed: int = 0
+    errors: int = 0
+    latencies_ms: list[float] | None = None
+
+    def row(self, window_s: float) -> dict[str, Any]:
+        lat = np.array(self.latencies_ms or [np.nan])
+        return {
+            "window": self.index, "start_s": round(self.start_s, 3),
+            "scheduled_rps": round(self.scheduled / window_s, 3),
+            "achieved_rps": round(self.completed / window_s, 3), "errors": self.errors,
+            "p50_ms": round(float(np.nanpercentile(lat, 50)), 3),
+            "p95_ms": round(float(np.nanpercentile(lat, 95)), 3),
+            "p99_ms": round(float(np.nanpercentile(lat, 99)), 3),
+        }
+
+
+def schedule(wl: Workload, rate_scale: float, windows: slice, seed: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival times (s from the start), is-write flags and window index of every request."""
+    rng = np.random.default_rng(seed)
+    times, writes, win = [], [], []
+    idx = np.arange(len(wl.start_s))[windows]
+    t0 = wl.start_s[idx[0]] if len(idx) else 0.0
+    for i in idx:
+        for is_write, rate in ((False, wl.read_rps[i]), (True, wl.write_rps[i])):
+            if np.isnan(rate):  # a trace gap: nothing scheduled, and said so
+                continue
+            n = rng.poisson(rate * rate_scale * wl.window_seconds)
+            t = wl.start_s[i] - t0 + np.sort(rng.uniform(0, wl.window_seconds, n))
+            times.append(t)
+            writes.append(np.full(n, is_write))
+            win.append(np.full(n, i))
+    if not times:
+        raise ElastoreError("the selected windows schedule no requests")
+    t = np.concatenate(times)
+    order = np.argsort(t, kind="stable")
+    return t[order], np.concatenate(writes)[order], np.concatenate(win)[order]
+
+
+def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
+        rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
+        preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
+        rf: int = 2) -> list[dict[str, Any]]:
+    from cassandra import ConsistencyLevel
+    from cassandra.cluster import Cluster
+    from cassandra.policies import RoundRobinPolicy
+
+    if concurrency < 1:
+        raise ElastoreError("concurrency must be >= 1")
+    times, is_write, win = schedule(wl, rate_scale, windows, seed)
+    n_keys = len(wl.keys)
+    rng = np.random.default_rng(seed + 1)
+    keys = rng.choice(n_keys, size=len(times), p=wl.key_weight / wl.key_weight.sum())
+    values = [np.random.default_rng([seed, k]).bytes(VALUE_BYTES)
+              for k in range(min(n_keys, 4096))]
+    metrics = _Metrics(metrics_addr) if metrics_addr else None
+
+    cluster = Cluster(hosts, port=9042, load_balancing_policy=RoundRobinPolicy(),
+                      protocol_version=5, connect_timeout=20)
+    session = cluster.connect()
+    try:
+        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+                        f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+        session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.pages (k bigint PRIMARY KEY, "
+                        "v blob)")
+        read = session.prepare(f"SELECT v FROM {keyspace}.pages WHERE k = ?")
+        write = session.prepare(f"INSERT INTO {keyspace}.pages (k, v) VALUES (?, ?)")
+        read.consistency_level = write.consistency_level = ConsistencyLevel.ONE
+        if preload:
+            from cassandra.concurrent import execute_concurrent_with_args
+
+            log.info("preloading %d keys of %d bytes ...", n_keys, VALUE_BYTES)
+            execute_concurrent_with_args(session, write,
+                                         [(k, values[k % len(values)]) for k in range(n_keys)],
+                                         concurrency=concurrency)
+        stats: dict[int, WindowStats] = {}
+        for w in np.unique(win):
+            stats[int(w)] = WindowStats(int(w), float(wl.start_s[w] - wl.start_s[win[0]]), 0, 0,
+                                        0, [])
+        for w in win:
+            stats[int(w)].scheduled += 1
+        slots = threading.BoundedSemaphore(concurrency)
+        lock = threading.Lock()
+        done = threading.Event()
+        pending = [len(times)]
+        start = time.monotonic() + 0.5
+        log.info("replaying %d requests over %.0f s ...", len(times), times[-1])
+
+        def finish(w: int, sched: float, ok: bool) -> None:
+            lat = (time.monotonic() - (start + sched)) * 1000
+            with lock:
+                s = stats[w]
+                if ok:
+                    s.completed += 1
+                    s.latencies_ms.append(lat)  # type: ignore[union-attr]
+                else:
+                    s.errors += 1
+                pending[0] -= 1
+                if pending[0] == 0:
+                    done.set()
+            if metrics is not None:
+                metrics.observe(ok, lat)
+            slots.release()
+
+        for i in range(len(times)):
+            delay = start + times[i] - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            slots.acquire()  # open loop: a late request waits here, its latency counts it
+            k = int(keys[i])
+            w = int(win[i])
+            sched = float(times[i])
+            if is_write[i]:
+                fut = session.execute_async(write, (k, values[k % len(values)]))
+            else:
+                fut = session.execute_async(read, (k,))
+            fut.add_callbacks(lambda _r, w=w, s=sched: finish(w, s, True),
+                              lambda _e, w=w, s=sched: finish(w, s, False))
+        done.wait(timeout=120)
+    finally:
+        cluster.shutdown()
+    rows = [stats[w].row(wl.window_seconds) for w in sorted(stats)]
+    out_csv.parent.mkdir(parents=True, exist_ok=True)
+    with out_csv.open("w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)
+    return rows
+
+
+class _Metrics:
+    """Counters and a latency histogram, plus p95/p99 gauges over the last 10 s."""
+
+    def __init__(self, addr: str) -> None:
+        from prometheus_client import (
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            start_http_server,
+        )
+
+        host, port = addr.rsplit(":", 1)
+        self.reg = CollectorRegistry()
+        self.requests = Counter("elastore_load_requests", "Requests completed", ["result"],
+                                registry=self.reg)
+        self.latency = Histogram("elastore_load_latency_seconds", "Request latency from the "
+                                 "scheduled time", buckets=(.002, .005, .01, .02, .03, .05, .1,
+                                                            .2, .5, 1, 2, 5), registry=self.reg)
+        self.p95 = Gauge("elastore_load_p95_ms", "p95 latency over the last 10 s",
+                         registry=self.reg)
+        self.p99 = Gauge("elastore_load_p99_ms", "p99 latency over the last 10 s",
+                         registry=self.reg)
+        self.recent: deque[tuple[float, float]] = deque()
+        self.lock = threading.Lock()
+        start_http_server(int(port), addr=host, registry=self.reg)
+        threading.Thread(target=self._refresh, daemon=True).start()
+
+    def observe(self, ok: bool, lat_ms: float) -> None:
+        self.requests.labels("ok" if ok else "error").inc()
+        if ok:
+            self.latency.observe(lat_ms / 1000)
+            with self.lock:
+                self.recent.append((time.monotonic(), lat_ms))
+
+    def _refresh(self) -> None:
+        while True:
+            time.sleep(1.0)
+            now = time.monotonic()
+            with self.lock:
+                while self.recent and now - self.recent[0][0] > 10:
+                    self.recent.popleft()
+                lat = [v for _, v in self.recent]
+            if lat:
+                self.p95.set(float(np.percentile(lat, 95)))
+                self.p99.set(float(np.percentile(lat, 99)))
