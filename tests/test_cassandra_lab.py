@@ -98,6 +98,40 @@ def test_load_generator_replays_a_workload(cluster: Path, tmp_path: Path) -> Non
     assert result and max(float(r["value"][1]) for r in result) > 0, raw
 
 
+def test_bwman_step_actuates_tc_and_the_stream_throttle(cluster: Path) -> None:
+    """One BwMan step on the live cluster: decisions from real Prometheus data, applied to
+    the HTB classes and to every node's setstreamthroughput."""
+    from elastore.actuators.bwman import BwManConfig
+    from elastore.models.bundle import ModelSet
+    from elastore.sim.cli import PLACEHOLDER
+
+    cfg = BwManConfig(total_mbit=200)
+    loop, shaper = lab.bwman_loop(ModelSet.load(PLACEHOLDER), cfg, d=cluster)
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # Prometheus needs a few scrapes before rate() has two points
+            try:
+                decisions = loop.step()
+                break
+            except ElastoreError:
+                assert time.monotonic() < deadline
+                time.sleep(2)
+        state = lab.LabState.load(cluster)
+        assert state is not None
+        assert [dd.ip for dd in decisions] == [n.spec.ip for n in state.nodes]
+        rates = {c["handle"]: c["rate_mbit"] for c in shaper.describe()}
+        for k, (n, dd) in enumerate(zip(state.nodes, decisions, strict=True), start=1):
+            assert rates[f"1:{k}0"] == pytest.approx(dd.client_mbit, rel=0.02)
+            assert rates[f"1:{k}1"] == pytest.approx(dd.storage_mbit, rel=0.02)
+            # nodetool takes whole MiB/s: the decision, rounded, is what the node runs at
+            applied = loop.applied[dd.ip]
+            assert applied == max(1, round(dd.stream_mibps))
+            assert lab.get_stream_throughput(n.n, d=cluster) == pytest.approx(applied)
+            assert "stream throttle" in dd.reason
+    finally:
+        shaper.remove()
+
+
 def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -115,3 +116,47 @@ def stream_cmd(node: str, mib_s: float) -> None:
     lab.set_stream_throughput(node, mib_s)
     log.info("node %s: stream throughput %g MiB/s", node, mib_s)
     click.echo(f"node {node}: stream throughput {mib_s:g} MiB/s")
+
+
+@lab_group.command("bwman")
+@click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
+              help="Model file from `elastore models fit` (default: the shipped placeholder).")
+@click.option("--total-mbit", type=click.FloatRange(min=0, min_open=True), required=True,
+              help="Bandwidth per node to split between clients and migration, Mbit/s.")
+@click.option("--policy", type=click.Choice(["PreferClients", "PreferMigration"]),
+              default="PreferClients", show_default=True)
+@click.option("--wanted-mibps", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Fixed migration rate wanted (default: f() of each node's client load).")
+@click.option("--period", type=click.FloatRange(min=1), default=5.0, show_default=True)
+@click.option("--duration", type=click.FloatRange(min=1), default=60.0, show_default=True)
+def bwman_cmd(model_path: Path | None, total_mbit: float, policy: str,
+              wanted_mibps: float | None, period: float, duration: float) -> None:
+    """Run BwMan on the lab: every PERIOD s, read each node's client load and streaming from
+    Prometheus, split its bandwidth with the models, set tc and setstreamthroughput, and
+    log the decision with its reason. The HTB is removed on exit.
+
+    \b
+    Example:
+      sudo elastore lab bwman --total-mbit 200 --policy PreferClients --duration 120
+    """
+    import time
+
+    from elastore.actuators.bwman import BwManConfig, MetricsError
+    from elastore.models.bandwidth import Policy
+    from elastore.models.bundle import ModelSet
+    from elastore.sim.cli import PLACEHOLDER
+
+    models = ModelSet.load(model_path or PLACEHOLDER)
+    cfg = BwManConfig(total_mbit=total_mbit, policy=Policy(policy), wanted_mibps=wanted_mibps)
+    loop, shaper = lab.bwman_loop(models, cfg)
+    end = time.monotonic() + duration
+    try:
+        while time.monotonic() < end:
+            try:
+                for d in loop.step():
+                    click.echo(d.reason)
+            except MetricsError as exc:
+                log.error("%s", exc)
+            time.sleep(period)
+    finally:
+        shaper.remove()

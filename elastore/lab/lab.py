@@ -285,15 +285,53 @@ def _node(state: LabState, which: str | int) -> NodeState:
                         f"{', '.join(f'{n.n}={n.spec.ip}' for n in state.nodes)})")
 
 
-def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None) -> None:
+def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None) -> int:
+    """Throttle a node's outgoing streaming. ``nodetool setstreamthroughput -m`` takes whole
+    MiB/s, so the rate is rounded (at least 1); returns the MiB/s actually set."""
     state = _require(d or lab_dir())
     node = _node(state, which)
     if not mibps > 0:
         raise ElastoreError(f"stream throughput must be > 0 MiB/s, got {mibps}")
+    whole = max(1, round(mibps))
+    if whole != mibps:
+        log.debug("node %d: %.2f MiB/s rounded to %d (nodetool takes whole MiB/s)",
+                  node.n, mibps, whole)
     res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "setstreamthroughput",
-                   "-m", f"{mibps:g}")
+                   "-m", str(whole))
     if res.returncode != 0:
-        raise ElastoreError(f"setstreamthroughput on node {node.n}: {res.stderr.strip()}")
+        raise ElastoreError(f"setstreamthroughput on node {node.n}: "
+                            f"{(res.stdout + res.stderr).strip()[-300:]}")
+    return whole
+
+
+def get_stream_throughput(which: str | int, d: Path | None = None) -> float:
+    """The node's current outgoing stream throttle, MiB/s (nodetool getstreamthroughput)."""
+    state = _require(d or lab_dir())
+    node = _node(state, which)
+    res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "getstreamthroughput", "-m")
+    m = re.search(r"([0-9]+(?:\.[0-9]+)?)\s*MiB/s", res.stdout)
+    if res.returncode != 0 or m is None:
+        raise ElastoreError(f"getstreamthroughput on node {node.n}: "
+                            f"{(res.stdout + res.stderr).strip()[-300:]}")
+    return float(m.group(1))
+
+
+def bwman_loop(models: Any, cfg: Any, d: Path | None = None) -> tuple[Any, Any]:
+    """A BwMan loop over the lab's nodes and the HTB it actuates (install()ed; remove() it
+    when done)."""
+    from elastore.actuators.bwman import BwManLoop, prometheus_query
+    from elastore.actuators.tc import HtbShaper
+
+    d = d or lab_dir()
+    state = _require(d)
+    shaper = HtbShaper(state.netns, total_mbit=cfg.total_mbit * len(state.nodes) + 100)
+    shaper.install([n.spec.ip for n in state.nodes], client_mbit=cfg.total_mbit,
+                   storage_mbit=cfg.total_mbit)
+    loop = BwManLoop([(n.n, n.spec.ip, n.spec.metrics) for n in state.nodes], models, cfg,
+                     prometheus_query(lambda path: prometheus_get(state, path)),
+                     lambda ip, c, st: shaper.set_rates(ip, client_mbit=c, storage_mbit=st),
+                     lambda n, mibps: set_stream_throughput(n, mibps, d=d))
+    return loop, shaper
 
 
 def decommission(which: str | int, d: Path | None = None) -> float:
