@@ -200,6 +200,9 @@ def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000
         "-Dcassandra.skip_wait_for_gossip_to_settle=0",
         f"-Dcassandra.ring_delay_ms={ring_delay_ms}",
         "-Dcassandra.superuser_setup_delay_ms=0", "-Dchronicle.analytics.disable=true",
+        # `lab profile` rebuilds nodes repeatedly to keep data streaming; Cassandra 5
+        # refuses a second rebuild of a node unless its earlier progress may be reset
+        "-Dcassandra.reset_bootstrap_progress=true",
         "-Dcassandra-foreground=yes",
         "-cp", classpath(lib), "org.apache.cassandra.service.CassandraDaemon",
     ]

@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,10 +79,13 @@ def schedule(wl: Workload, rate_scale: float, windows: slice, seed: int
 def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
         preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
-        rf: int = 2) -> list[dict[str, Any]]:
+        rf: int = 2, on_start: Callable[[float], None] | None = None
+        ) -> list[dict[str, Any]]:
+    """Replay; ``on_start`` is called with the ``time.monotonic()`` at which the first
+    window starts (experiments align other events with it)."""
     from cassandra import ConsistencyLevel
-    from cassandra.cluster import Cluster
-    from cassandra.policies import RoundRobinPolicy
+
+    from elastore.lab.cql import cluster_for
 
     if concurrency < 1:
         raise ElastoreError("concurrency must be >= 1")
@@ -93,8 +97,7 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
               for k in range(min(n_keys, 4096))]
     metrics = _Metrics(metrics_addr) if metrics_addr else None
 
-    cluster = Cluster(hosts, port=9042, load_balancing_policy=RoundRobinPolicy(),
-                      protocol_version=5, connect_timeout=20)
+    cluster = cluster_for(hosts)
     session = cluster.connect()
     try:
         session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
@@ -122,6 +125,8 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         done = threading.Event()
         pending = [len(times)]
         start = time.monotonic() + 0.5
+        if on_start is not None:
+            on_start(start)
         log.info("replaying %d requests over %.0f s ...", len(times), times[-1])
 
         def finish(w: int, sched: float, ok: bool) -> None:
