@@ -60,3 +60,24 @@ def test_missing_series_is_an_error_and_nothing_is_actuated(ms: ModelSet) -> Non
     with pytest.raises(MetricsError, match="never read as 0"):
         loop.step()
     assert acted == []
+
+
+def test_a_node_that_left_is_dropped_not_waited_for(ms: ModelSet) -> None:
+    """After a decommission Prometheus no longer scrapes the node; the loop must keep
+    managing the nodes that remain instead of failing every step on the missing series."""
+    a = (1, "127.0.0.1", "127.0.0.1:9500")
+    b = (2, "127.0.0.2", "127.0.0.2:9500")
+    members = [a, b]
+    tc: list[str] = []
+
+    def query(promql: str) -> list[dict[str, object]]:
+        return [{"metric": {"instance": inst}, "value": [0, "10"]} for _, _, inst in members]
+
+    loop = BwManLoop([a, b], ms, BwManConfig(total_mbit=100), query,
+                     lambda ip, c, s: tc.append(ip), lambda n, r: r,
+                     members=lambda: list(members))
+    assert [d.ip for d in loop.step()] == ["127.0.0.1", "127.0.0.2"]
+    members.remove(b)
+    tc.clear()
+    assert [d.ip for d in loop.step()] == ["127.0.0.1"]
+    assert tc == ["127.0.0.1"] and "127.0.0.2" not in loop.last_stream

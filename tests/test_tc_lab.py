@@ -57,6 +57,18 @@ def test_client_and_storage_classes_and_a_live_change(ns: str) -> None:
     assert mean_rate(measure(ns, NODE, 9042, 2.0), 0.5, 2.0) > 400
 
 
+def test_guaranteed_classes_borrow_up_to_the_ceiling(ns: str) -> None:
+    """BwMan's mode: a class is guaranteed its rate and, when the link is idle, may borrow
+    up to the node's ceiling (port 7000 also carries replica traffic of client requests)."""
+    shaper = HtbShaper(ns, total_mbit=500, ceil_mbit=40)
+    shaper.install([NODE], client_mbit=30, storage_mbit=5)
+    try:
+        storage = mean_rate(measure(ns, NODE, 7000, 3.0), 1.0, 3.0)
+        assert storage == pytest.approx(40, rel=0.10)  # alone: borrows to the ceiling
+    finally:
+        shaper.remove()
+
+
 def test_refuses_the_hosts_own_namespace() -> None:
     from elastore.errors import ElastoreError
 

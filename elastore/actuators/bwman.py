@@ -7,9 +7,13 @@
   load (the fastest migration that keeps the SLO), within the policy's bounds, unless a
   fixed rate is asked for; the decision core's BwMan models split the node's bandwidth
   under ``PreferClients`` or ``PreferMigration``.
-* **Actuate:** tc gives the client class (port 9042) its share and the storage class (port
-  7000) the rest plus a margin for gossip; since port 7000 also carries gossip and
-  messaging, the migration rate itself is enforced with ``setstreamthroughput``.
+* **Actuate:** tc *guarantees* the client class (port 9042) its share and the storage
+  class (port 7000) the migration's share plus a margin for gossip; both may borrow idle
+  bandwidth up to the node's total (HTB ceil). Port 7000 carries gossip and the replicas'
+  share of client requests as well as streaming, so capping it at the migration's share
+  would throttle clients through the back door (measured: a hard 2.7 Mbit/s cap there made
+  the open-loop generator fall minutes behind); the migration rate itself is enforced with
+  ``setstreamthroughput``.
 """
 
 from __future__ import annotations
@@ -95,8 +99,13 @@ class BwManLoop:
 
     def __init__(self, nodes: Sequence[tuple[int, str, str]], models: ModelSet,
                  cfg: BwManConfig, query: Query, set_tc: Callable[[str, float, float], None],
-                 set_stream: Callable[[int, float], float | None]) -> None:
+                 set_stream: Callable[[int, float], float | None],
+                 members: Callable[[], Sequence[tuple[int, str, str]]] | None = None) -> None:
         self.nodes = list(nodes)  # (node number, ip, metrics instance "ip:port")
+        # Current membership, asked before every step: a node that has left (decommissioned)
+        # is no longer scraped, and waiting for its metrics would stop the loop for the
+        # nodes that remain.
+        self.members = members
         self.models = models
         self.cfg = cfg
         self.query = query
@@ -133,6 +142,14 @@ class BwManLoop:
 
     def step(self) -> list[Decision]:
         """Observe, decide and actuate once; returns the decisions (logged with reasons)."""
+        if self.members is not None:
+            now = list(self.members())
+            gone = {ip for _, ip, _ in self.nodes} - {ip for _, ip, _ in now}
+            for ip in gone:
+                log.info("bwman: %s has left the cluster; no longer managed", ip)
+                self.last_stream.pop(ip, None)
+                self.applied.pop(ip, None)
+            self.nodes = now
         decisions = [decide(o, self.models, self.cfg) for o in self.observe()]
         for (n, ip, _), d in zip(self.nodes, decisions, strict=True):
             self.set_tc(ip, d.client_mbit, d.storage_mbit)

@@ -54,6 +54,11 @@ class HtbShaper:
     netns: str
     ifname: str = "lo"
     total_mbit: float = 1000.0
+    # None: every class is capped at its rate. A number: classes are *guaranteed* their rate
+    # and may borrow idle bandwidth up to this ceiling (BwMan's mode: port 7000 carries the
+    # replicas' share of client requests too, so a hard cap at the migration's share would
+    # throttle clients through the back door).
+    ceil_mbit: float | None = None
     nodes: dict[str, NodeClasses] = field(default_factory=dict)
     installed: bool = False
 
@@ -73,6 +78,9 @@ class HtbShaper:
         if not found:
             raise ElastoreError(f"no interface {self.ifname!r} in namespace {self.netns}")
         return int(found[0])
+
+    def _ceil(self, mbit: float) -> str:
+        return _rate(mbit if self.ceil_mbit is None else max(mbit, self.ceil_mbit))
 
     def install(self, node_ips: Sequence[str], client_mbit: float, storage_mbit: float) -> None:
         """Install the HTB with a client and a storage class per node."""
@@ -97,8 +105,8 @@ class HtbShaper:
                 cls = NodeClasses(ip, ROOT | (n << 4), ROOT | (n << 4) | 1)
                 for handle, mbit, port in ((cls.client, client_mbit, CLIENT_PORT),
                                            (cls.storage, storage_mbit, STORAGE_PORT)):
-                    r = _rate(mbit)
-                    ns.tc("add-class", "htb", idx, handle, parent=TOTAL, rate=r, ceil=r,
+                    r, c = _rate(mbit), self._ceil(mbit)
+                    ns.tc("add-class", "htb", idx, handle, parent=TOTAL, rate=r, ceil=c,
                           burst=BURST, cburst=BURST)
                     for key in (f"0x{addr:08x}/0xffffffff+16", f"0x{port:04x}/0x0000ffff+20"), \
                                (f"0x{addr:08x}/0xffffffff+12", f"0x{port << 16:08x}/0xffff0000+20"):
@@ -124,8 +132,8 @@ class HtbShaper:
             for handle, mbit in ((cls.client, client_mbit), (cls.storage, storage_mbit)):
                 if mbit is None:
                     continue
-                r = _rate(mbit)
-                ns.tc("change-class", "htb", idx, handle, parent=TOTAL, rate=r, ceil=r,
+                r, c = _rate(mbit), self._ceil(mbit)
+                ns.tc("change-class", "htb", idx, handle, parent=TOTAL, rate=r, ceil=c,
                       burst=BURST, cburst=BURST)
         finally:
             ns.close()

@@ -324,13 +324,16 @@ def bwman_loop(models: Any, cfg: Any, d: Path | None = None) -> tuple[Any, Any]:
 
     d = d or lab_dir()
     state = _require(d)
-    shaper = HtbShaper(state.netns, total_mbit=cfg.total_mbit * len(state.nodes) + 100)
+    shaper = HtbShaper(state.netns, total_mbit=cfg.total_mbit * len(state.nodes) + 100,
+                       ceil_mbit=cfg.total_mbit)
     shaper.install([n.spec.ip for n in state.nodes], client_mbit=cfg.total_mbit,
                    storage_mbit=cfg.total_mbit)
     loop = BwManLoop([(n.n, n.spec.ip, n.spec.metrics) for n in state.nodes], models, cfg,
                      prometheus_query(lambda path: prometheus_get(state, path)),
                      lambda ip, c, st: shaper.set_rates(ip, client_mbit=c, storage_mbit=st),
-                     lambda n, mibps: set_stream_throughput(n, mibps, d=d))
+                     lambda n, mibps: set_stream_throughput(n, mibps, d=d),
+                     members=lambda: [(n.n, n.spec.ip, n.spec.metrics)
+                                      for n in _require(d).nodes])
     return loop, shaper
 
 
