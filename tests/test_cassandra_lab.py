@@ -132,6 +132,44 @@ def test_bwman_step_actuates_tc_and_the_stream_throttle(cluster: Path) -> None:
         shaper.remove()
 
 
+def test_profile_sweeps_and_measures_migration(cluster: Path, tmp_path: Path) -> None:
+    """A tiny `elastore lab profile` on the live cluster: every point lands in the samples
+    CSV, migration points measure real streaming, the no-migration ones none, the bandwidth
+    CSV follows the load, and an existing file is never overwritten."""
+    import csv
+    import subprocess
+    import sys
+
+    out = tmp_path / "samples.csv"
+    argv = [sys.executable, "-m", "elastore", "lab", "profile", "--out", str(out),
+            "--loads", "60,240", "--read-ratios", "0.95", "--migrations", "0,4",
+            "--interference", "0", "--point-seconds", "15", "--bulk-rows", "3000"]
+    env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "[4/4]" in res.stderr  # progress per point
+    rows = list(csv.DictReader(out.open()))
+    assert {int(r["point"]) for r in rows} == {0, 1, 2, 3}
+    mig = {int(r["point"]): float(r["migration_mibps"]) for r in rows}
+    assert mig[0] < 0.05 and mig[1] < 0.05, mig  # no rebuild running: (almost) nothing
+    assert mig[2] > 0.3 and mig[3] > 0.3, mig  # rebuilds streamed during these points
+    assert all(float(r["p95_ms"]) > 0 for r in rows)
+    bw = {int(r["point"]): r for r in csv.DictReader(
+        (tmp_path / "samples-bandwidth.csv").open())}
+    assert float(bw[1]["client_mbit"]) > 2 * float(bw[0]["client_mbit"]) > 0
+    assert float(bw[1]["served_rps"]) == pytest.approx(80, rel=0.15)  # 240 / 3 nodes
+    before = out.read_bytes()
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
+                           check=False)
+    assert again.returncode != 0 and "--resume" in again.stderr
+    assert out.read_bytes() == before
+    state = lab.LabState.load(cluster)
+    assert state is not None
+    for n in state.nodes:  # the sweep leaves the store at its default throttle
+        assert lab.get_stream_throughput(n.n, d=cluster) == pytest.approx(24)
+
+
 def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 3

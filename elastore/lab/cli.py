@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from elastore.cli import ElastoreGroup, log
+from elastore.errors import ElastoreError
 from elastore.lab import lab
 
 
@@ -120,7 +121,8 @@ def stream_cmd(node: str, mib_s: float) -> None:
 
 @lab_group.command("bwman")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
-              help="Model file from `elastore models fit` (default: the shipped placeholder).")
+              help="'lab' (default: the shipped lab profile), 'placeholder', or a file from "
+                   "`elastore models fit`.")
 @click.option("--total-mbit", type=click.FloatRange(min=0, min_open=True), required=True,
               help="Bandwidth per node to split between clients and migration, Mbit/s.")
 @click.option("--policy", type=click.Choice(["PreferClients", "PreferMigration"]),
@@ -144,9 +146,9 @@ def bwman_cmd(model_path: Path | None, total_mbit: float, policy: str,
     from elastore.actuators.bwman import BwManConfig, MetricsError
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
-    from elastore.sim.cli import PLACEHOLDER
+    from elastore.sim.cli import model_choice
 
-    models = ModelSet.load(model_path or PLACEHOLDER)
+    models = ModelSet.load(model_choice(model_path)[0])
     cfg = BwManConfig(total_mbit=total_mbit, policy=Policy(policy), wanted_mibps=wanted_mibps)
     loop, shaper = lab.bwman_loop(models, cfg)
     end = time.monotonic() + duration
@@ -160,3 +162,68 @@ def bwman_cmd(model_path: Path | None, total_mbit: float, policy: str,
             time.sleep(period)
     finally:
         shaper.remove()
+
+
+def _floats(name: str, spec: str) -> list[float]:
+    try:
+        return [float(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"want comma-separated numbers, got {spec!r}",
+                                 param_hint=name) from None
+
+
+@lab_group.command("profile")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("profile-samples.csv"), show_default=True,
+              help="Samples CSV for `elastore models fit` (rows appended as points finish).")
+@click.option("--loads", default="50,150,250,350,450,550", show_default=True,
+              help="Cluster load levels, requests/s.")
+@click.option("--read-ratios", default="0.8,0.95", show_default=True)
+@click.option("--migrations", default="0,2,8", show_default=True,
+              help="Stream throttle per sending node, MiB/s (0: no migration).")
+@click.option("--interference", default="0,0.5", show_default=True,
+              help="Noisy-neighbour levels: fraction of the machine's cores kept busy.")
+@click.option("--point-seconds", type=click.FloatRange(min=1), default=20.0,
+              show_default=True)
+@click.option("--window-seconds", type=click.FloatRange(min=1), default=5.0,
+              show_default=True, help="Latency window (one sample row each).")
+@click.option("--bulk-rows", type=click.IntRange(min=0), default=20000, show_default=True,
+              help="10 KiB rows (RF 2) written once for the migrations to stream.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out.")
+def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interference: str,
+                point_seconds: float, window_seconds: float, bulk_rows: int,
+                resume: bool) -> None:
+    """Sweep load x read ratio x migration rate x interference on the running lab and
+    record per-window p95/p99 latency and throughput per server: the samples CSV that
+    `elastore models fit` consumes. Migration is real streaming (nodetool rebuild under
+    setstreamthroughput), its rate measured from the nodes' exporters.
+
+    \b
+    Example:
+      elastore lab up --nodes 3
+      elastore lab profile --out experiments/profiles/lab-samples.csv
+      elastore models fit --samples experiments/profiles/lab-samples.csv --slo-ms 50 \\
+          -o experiments/profiles/lab-model.json
+    """
+    import os
+    import subprocess
+    import sys
+
+    from elastore.lab.loadcli import INSIDE
+    from elastore.lab.profile import plan, run_profile
+
+    state = lab.LabState.load(lab.lab_dir())
+    if state is None or not state.nodes:
+        raise ElastoreError("no lab is up: run 'elastore lab up' first")
+    points = plan(_floats("--loads", loads), _floats("--read-ratios", read_ratios),
+                  _floats("--migrations", migrations), _floats("--interference", interference))
+    if os.environ.get(INSIDE) != state.netns:  # the driver reaches the nodes from inside
+        from elastore.lab import netns
+
+        env = dict(os.environ, **{INSIDE: state.netns})
+        argv = [sys.executable, "-m", "elastore", *sys.argv[1:]]
+        res = subprocess.run(netns.command(state.netns, argv), env=env, check=False)
+        raise SystemExit(res.returncode)
+    path = run_profile(points, out, point_s=point_seconds, window_s=window_seconds,
+                       bulk_rows=bulk_rows, resume=resume, echo=lambda m: click.echo(m, err=True))
+    click.echo(f"samples: {path}")

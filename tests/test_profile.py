@@ -1,0 +1,93 @@
+"""The lab profiler's pure parts: the sweep plan, sample rows, parsing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from elastore.errors import ElastoreError
+from elastore.lab.profile import (
+    Hogs,
+    Point,
+    bandwidth_path,
+    constant_workload,
+    done_points,
+    pending_compactions,
+    plan,
+    point_rows,
+)
+
+
+def test_plan_puts_migration_outermost_and_load_innermost() -> None:
+    pts = plan([300, 100], [0.95, 0.8], [4, 0], [0.5, 0])
+    assert len(pts) == 16
+    assert [p.index for p in pts] == list(range(16))
+    assert [p.stream_mibps for p in pts] == [0.0] * 8 + [4.0] * 8  # one streaming run each
+    assert [p.cluster_rps for p in pts[:2]] == [100.0, 300.0]
+    assert (pts[0].interference, pts[0].read_ratio) == (0.0, 0.8)
+    assert pts[4].interference == 0.5
+
+
+@pytest.mark.parametrize("args, msg", [
+    (([], [0.9], [0], [0]), "load"),
+    (([-5], [0.9], [0], [0]), "load"),
+    (([100], [1.2], [0], [0]), "read ratios"),
+    (([100], [0.9], [-1], [0]), "migration"),
+    (([100], [0.9], [0], [2]), "interference"),
+])
+def test_plan_rejects_bad_levels(args: tuple[list[float], ...], msg: str) -> None:
+    with pytest.raises(ElastoreError, match=msg):
+        plan(*args)
+
+
+def test_constant_workload_has_the_rates_and_the_trace_popularity_slope() -> None:
+    wl = constant_workload(200, 0.9, 20, 5)
+    assert len(wl.start_s) == 4 and wl.window_seconds == 5
+    np.testing.assert_allclose(wl.read_rps, 180)
+    np.testing.assert_allclose(wl.write_rps, 20)
+    assert wl.key_weight.sum() == pytest.approx(1)
+    slope = np.polyfit(np.log(np.arange(1, 101)), np.log(wl.key_weight[:100]), 1)[0]
+    assert slope == pytest.approx(-0.61, abs=0.01)
+
+
+def test_point_rows_drop_the_warmup_and_are_per_server() -> None:
+    p = Point(7, 300.0, 0.9, 4.0, 0.5)
+    windows = [
+        {"window": 0, "achieved_rps": "290", "p95_ms": "80", "p99_ms": "90", "errors": "0"},
+        {"window": 1, "achieved_rps": "300", "p95_ms": "20", "p99_ms": "30", "errors": "0"},
+        {"window": 2, "achieved_rps": "0", "p95_ms": "nan", "p99_ms": "nan", "errors": "3"},
+        {"window": 3, "achieved_rps": "303", "p95_ms": "25", "p99_ms": "35", "errors": "1"},
+    ]
+    rows = point_rows(p, windows, nodes=3, migration_mibps=1.25, window_s=5)
+    assert [r["window"] for r in rows] == [1, 3]  # warm-up and the empty window dropped
+    assert rows[0]["read_rps"] == pytest.approx(90) and rows[0]["write_rps"] == pytest.approx(10)
+    assert rows[1]["errors"] == 1
+    assert {r["migration_mibps"] for r in rows} == {1.25}
+    assert {r["interference"] for r in rows} == {0.5}
+    assert {r["stream_throttle_mibps"] for r in rows} == {4.0}
+
+
+def test_pending_compactions_parses_nodetool() -> None:
+    text = ("concurrent compactors            1\npending tasks                    3\n"
+            "compactions completed            8\n")
+    assert pending_compactions(text) == 3
+    assert pending_compactions("error: connection refused") is None
+
+
+def test_done_points_and_bandwidth_path(tmp_path: Path) -> None:
+    out = tmp_path / "s.csv"
+    assert done_points(out) == set()
+    out.write_text("read_rps,point\n1,0\n2,0\n3,4\n")
+    assert done_points(out) == {0, 4}
+    assert bandwidth_path(out) == tmp_path / "s-bandwidth.csv"
+
+
+def test_hogs_are_started_and_stopped_by_pid() -> None:
+    with Hogs(0.5, cores=2) as h:
+        assert h.count == 1 and len(h.procs) == 1
+        assert h.procs[0].poll() is None
+        proc = h.procs[0]
+    assert proc.poll() is not None
+    assert Hogs(0.0, cores=2).count == 0
