@@ -30,7 +30,7 @@ demo: $(DEMO_STAMP)
 	$(BIN)/elastore simulate
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check elastore tests benchmarks
+	$(BIN)/ruff check elastore tests benchmarks experiments
 
 typecheck: $(TEST_STAMP)
 	$(BIN)/mypy

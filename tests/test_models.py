@@ -301,3 +301,41 @@ def test_capacity_fit_refuses_too_few_samples() -> None:
                        interferences=(0,))
     with pytest.raises(ModelError, match="too few"):
         fit_capacity(s, SLO)
+
+
+def test_pool_samples_median_latency_mean_rates() -> None:
+    from elastore.models.bundle import pool_samples
+
+    cols = {"read_rps": np.array([10.0, 20.0, 30.0, 5.0]),
+            "p95_ms": np.array([5.0, 900.0, 7.0, 50.0])}
+    out = pool_samples(cols, np.array([1.0, 1.0, 1.0, 2.0]))
+    assert out["read_rps"].tolist() == [20.0, 5.0]
+    # one stalled window (900 ms) does not move the pooled latency
+    assert out["p95_ms"].tolist() == [7.0, 50.0]
+
+
+def test_fit_pool_by_needs_the_column(tmp_path: Path) -> None:
+    pd.DataFrame(sample_profile(LAW, load_steps=4)).to_csv(tmp_path / "p.csv", index=False)
+    res = CliRunner().invoke(cli, ["models", "fit", "--samples", str(tmp_path / "p.csv"),
+                                   "--slo-ms", "30", "--pool-by", "point", "-o",
+                                   str(tmp_path / "m.json")])
+    assert res.exit_code == 1 and "missing column(s) point" in res.output
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_shipped_lab_model_is_the_fit_of_the_committed_profile(tmp_path: Path) -> None:
+    """The simulator's default physics must be reproducible from the committed samples
+    with the command in experiments/profiles/README.md."""
+    root = Path(__file__).resolve().parent.parent
+    prof = root / "experiments" / "profiles"
+    readme = (prof / "README.md").read_text()
+    assert "--pool-by point" in readme and "--slo-ms 100" in readme
+    res = CliRunner().invoke(cli, [
+        "models", "fit", "--samples", str(prof / "lab-samples.csv"), "--bandwidth",
+        str(prof / "lab-samples-bandwidth.csv"), "--slo-ms", "100", "--pool-by", "point",
+        "-o", str(tmp_path / "m.json")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    mine = ModelSet.load(tmp_path / "m.json")
+    shipped = ModelSet.load(root / "elastore" / "models" / "data" / "lab-profile.json")
+    assert np.allclose(mine.capacity.log_latency, shipped.capacity.log_latency, atol=1e-6)
+    assert mine.bandwidth.to_json() == shipped.bandwidth.to_json()

@@ -123,7 +123,17 @@ def test_simulate_json_contract(tmp_path: Path) -> None:
     for png in ("workload", "servers", "latency_cdf", "utilization_cdf", "utility"):
         assert (tmp_path / "rep" / f"{png}.png").read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "rep" / "report.md").read_text()
-    assert "PLACEHOLDER" in report and "| static-peak |" in report
+    # the default physics are the lab profile, and the report says so
+    assert "LAB PROFILE" in report and "PLACEHOLDER" not in report
+    assert "| static-peak |" in report
+
+
+def test_simulate_placeholder_physics_stay_selectable(tmp_path: Path) -> None:
+    res = CliRunner().invoke(cli, ["simulate", "--start", "2009-03-08", "--end", "2009-03-09",
+                                   "--controllers", "feedback", "--model", "placeholder",
+                                   "--out", str(tmp_path / "rep")], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "PLACEHOLDER" in (tmp_path / "rep" / "report.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -111,9 +111,25 @@ def read_columns(path: Path, required: tuple[str, ...] | None, optional_pairs: t
     return out
 
 
+def pool_samples(samples: dict[str, FloatArray], key: FloatArray) -> dict[str, FloatArray]:
+    """One row per distinct ``key``: the median of the latency percentiles and the mean of
+    everything else. Several short windows of one profiled point, pooled this way, are a
+    far steadier sample than each window alone: a single GC pause or compaction makes one
+    window's p95 jump several-fold, and the median ignores it."""
+    keys, inverse = np.unique(key, return_inverse=True)
+    out: dict[str, FloatArray] = {}
+    for name, col in samples.items():
+        agg = np.median if name.endswith("_ms") else np.mean
+        out[name] = np.array([agg(col[inverse == k]) for k in range(len(keys))])
+    return out
+
+
 def fit_models(samples_csv: Path, slo_ms: float, percentile: int = 95,
-               bandwidth_csv: Path | None = None) -> ModelSet:
-    samples = read_columns(samples_csv, SAMPLE_COLUMNS)
+               bandwidth_csv: Path | None = None, pool_by: str | None = None) -> ModelSet:
+    samples = read_columns(samples_csv, SAMPLE_COLUMNS + ((pool_by,) if pool_by else ()))
+    if pool_by:
+        samples = pool_samples({k: v for k, v in samples.items() if k != pool_by},
+                               samples[pool_by])
     interference = samples["interference"]
     if np.any(interference > 1):
         raise ModelError("interference is an index in [0, 1]; a value above 1 was found",
@@ -125,4 +141,5 @@ def fit_models(samples_csv: Path, slo_ms: float, percentile: int = 95,
                                                   ("migration_mbit", "migration_mibps")))
         bandwidth = fit_bandwidth(cols)
     return ModelSet(capacity, bandwidth, {"samples": str(samples_csv),
-                                          "bandwidth": str(bandwidth_csv or "")})
+                                          "bandwidth": str(bandwidth_csv or ""),
+                                          "pooled_by": pool_by or ""})

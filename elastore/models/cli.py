@@ -31,9 +31,12 @@ def models() -> None:
 @click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), required=True,
               help="Latency SLO, milliseconds.")
 @click.option("--percentile", type=click.Choice(["95", "99"]), default="95", show_default=True)
+@click.option("--pool-by", default=None, metavar="COLUMN",
+              help="Pool the rows that share this column's value (e.g. 'point' in an "
+                   "'elastore lab profile' CSV) into one sample: median latency, mean rates.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def fit_cmd(samples: Path, bandwidth: Path | None, slo_ms: float, percentile: str,
-            output: Path) -> None:
+            pool_by: str | None, output: Path) -> None:
     """Fit the models and write one versioned JSON model file.
 
     \b
@@ -41,7 +44,7 @@ def fit_cmd(samples: Path, bandwidth: Path | None, slo_ms: float, percentile: st
       elastore models fit --samples perf.csv --bandwidth bw.csv --slo-ms 30 -o model.json
     """
     log.info("fitting the SLO border (p%s <= %g ms) from %s ...", percentile, slo_ms, samples)
-    ms = fit_models(samples, slo_ms, int(percentile), bandwidth)
+    ms = fit_models(samples, slo_ms, int(percentile), bandwidth, pool_by)
     ms.save(output)
     cap = ms.capacity
     err = cap.fit_error

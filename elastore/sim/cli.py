@@ -16,7 +16,17 @@ from elastore.sim.controllers import CONTROLLERS
 from elastore.sim.run import SimConfig, locate, simulate, with_slo
 from elastore.traces.readers import DEFAULT_WINDOW, builtin_trace_path, read_series
 
-PLACEHOLDER = Path(__file__).resolve().parent.parent / "models" / "data" / "placeholder.json"
+DATA = Path(__file__).resolve().parent.parent / "models" / "data"
+PLACEHOLDER = DATA / "placeholder.json"
+LAB_MODEL = DATA / "lab-profile.json"
+LAB_NOTE = (
+    "LAB PROFILE. The capacity and latency model was fitted (`elastore models fit`) to "
+    "samples measured on real Cassandra 5.0.4 by `elastore lab profile`: 3 nodes with 256 MiB "
+    "heaps sharing one 2-core machine, the open-loop load generator, real streaming "
+    "(nodetool rebuild under setstreamthroughput) and a CPU noisy neighbour; samples and "
+    "the exact commands in experiments/profiles/. Servers in this simulation are servers "
+    "of that size; a bigger machine has a bigger capacity, so profile your own hardware.")
+PEAK_SERVERS = 18  # the default trace scaling: its busiest hour needs about this many servers
 PLACEHOLDER_NOTE = (
     "PLACEHOLDER. The capacity and latency model was fitted to samples drawn from the "
     "documented law in elastore/models/synthetic.py (an M/M/1-style server of a few hundred "
@@ -25,7 +35,16 @@ PLACEHOLDER_NOTE = (
 
 
 def default_model() -> tuple[Path, str]:
-    return PLACEHOLDER, PLACEHOLDER_NOTE
+    return LAB_MODEL, LAB_NOTE
+
+
+def model_choice(spec: Path | None) -> tuple[Path, str]:
+    """``--model``: the lab profile (default), ``placeholder``, or a model file."""
+    if spec is None or str(spec) == "lab":
+        return default_model()
+    if str(spec) == "placeholder":
+        return PLACEHOLDER, PLACEHOLDER_NOTE
+    return spec, f"model {spec}"
 
 
 @click.command("simulate")
@@ -38,9 +57,11 @@ def default_model() -> tuple[Path, str]:
 @click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Judge against this SLO (default: the model's).")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
-              help="Model file from `elastore models fit` (default: the shipped one).")
-@click.option("--peak-rps", type=click.FloatRange(min=0, min_open=True), default=7000.0,
-              show_default=True, help="Scale the trace so its busiest hour runs at this rate.")
+              help="'lab' (default: the shipped lab profile), 'placeholder' (the documented "
+                   "law of elastore/models/synthetic.py) or a file from `elastore models fit`.")
+@click.option("--peak-rps", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Scale the trace so its busiest hour runs at this rate (default: what "
+                   f"{PEAK_SERVERS} servers of the model carry at read ratio 0.95).")
 @click.option("--data-gib", type=click.FloatRange(min=0, min_open=True), default=50.0,
               show_default=True, help="Data stored in the cluster, GiB (replicas included).")
 @click.option("--interference", multiple=True, metavar="FROM_H:TO_H:INDEX",
@@ -50,7 +71,7 @@ def default_model() -> tuple[Path, str]:
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | None,
                  end: pd.Timestamp | None, controllers: str, slo_ms: float | None,
-                 model_path: Path | None, peak_rps: float, data_gib: float,
+                 model_path: Path | None, peak_rps: float | None, data_gib: float,
                  interference: tuple[str, ...], out: Path, as_json: bool) -> None:
     """Replay a Wikipedia trace through a simulated cluster under each controller.
 
@@ -81,12 +102,13 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
         end = pd.Timestamp(DEFAULT_WINDOW[1]) + pd.Timedelta(hours=23)
     series = read_series(source, "auto", column).cleaned()
     i0, hours = locate(series, start, end)
-    if model_path is None:
-        model_path, physics = default_model()
-    else:
-        physics = f"model {model_path}"
+    model_path, physics = model_choice(model_path)
     models = ModelSet.load(model_path)
     models.capacity = with_slo(models.capacity, slo_ms)
+    if peak_rps is None:
+        peak_rps = round(PEAK_SERVERS * float(models.capacity.capacity(0.95, 0.0, 0.0)), -1)
+        log.info("peak %.0f requests/s: %d servers of the model at read ratio 0.95",
+                 peak_rps, PEAK_SERVERS)
     cfg = SimConfig(peak_rps=peak_rps, data_gib=data_gib, interference=tuple(phases))
     steps = int(hours * cfg.hour_seconds / cfg.step_s) * len(names)
     t0 = time.perf_counter()
@@ -111,3 +133,6 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
         click.echo(f"\nreport: {report} ({seconds:.1f} s)")
         if physics == PLACEHOLDER_NOTE:
             click.echo("physics: PLACEHOLDER model (see the report), not a lab profile")
+        elif physics == LAB_NOTE:
+            click.echo(f"physics: the lab profile ({LAB_MODEL.name}, measured on real "
+                       f"Cassandra; see the report); peak {peak_rps:,.0f} requests/s")
