@@ -349,13 +349,12 @@ def decommission(which: str | int, d: Path | None = None) -> float:
     node = _node(state, which)
     remaining = len(state.nodes) - 1
     ks = cql(state, "keyspaces")
-    for name, repl in ks.items():
-        if name.startswith("system"):
-            continue
-        rf = int(repl.get("replication_factor", 0) or 0)
-        if rf > remaining:
-            raise ElastoreError(f"refusing: keyspace {name} has RF {rf} and only {remaining} "
-                                "node(s) would remain")
+    too_big = sorted((name, int(repl.get("replication_factor", 0) or 0))
+                     for name, repl in ks.items() if not name.startswith("system"))
+    too_big = [(name, rf) for name, rf in too_big if rf > remaining]
+    if too_big:
+        which = ", ".join(f"keyspace {name} has RF {rf}" for name, rf in too_big)
+        raise ElastoreError(f"refusing: {which} and only {remaining} node(s) would remain")
     cql(state, "alter-system-rf", str(max(1, min(3, remaining))))
     lib = ensure_jars()
     t0 = time.monotonic()
