@@ -2,7 +2,8 @@
 
 Usage (root): .venv/bin/python benchmarks/tc_rates.py
 Creates its own namespace elastore-bench-tc-<pid>, shapes its loopback, runs bounded TCP
-flows between 127.0.0.x addresses inside it, and deletes it.
+flows between 127.0.0.x addresses inside it, and deletes it. Last, a server's link (NIC)
+split by BwMan into guaranteed client and storage classes, and the same link as one FIFO.
 """
 
 from __future__ import annotations
@@ -35,8 +36,51 @@ def main() -> None:
                   f"({100 * (b / 60 - 1):+.1f} %)")
         finally:
             sh.remove()
+        nic(ns)
     finally:
         netns.delete(ns)
+
+
+def _together(ns: str, flows: list[tuple[str, int, str]], seconds: float) -> list[float]:
+    import threading
+
+    out = [0.0] * len(flows)
+
+    def one(k: int, host: str, port: int, source: str) -> None:
+        out[k] = mean_rate(flow(ns, host, port, seconds, source=source), 1.0, seconds)
+
+    ts = [threading.Thread(target=one, args=(k, *f)) for k, f in enumerate(flows)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
+def nic(ns: str) -> None:
+    """A server's 40 Mbit/s link (what node 2 sends): BwMan's split under two saturating
+    flows, a live swap, and the unmanaged FIFO."""
+    client = ("127.0.0.3", 5001, "127.0.0.2:9042")  # node 2 answering a client
+    storage = ("127.0.0.3", 7000, "127.0.0.2")  # node 2's outgoing internode stream
+    sh = HtbShaper(ns, total_mbit=500, nic_mbit=40, match="egress", queue_bytes=256_000)
+    sh.install(["127.0.0.2", "127.0.0.3"], client_mbit=30, storage_mbit=10)
+    try:
+        for c, s in ((30, 10), (10, 30)):
+            sh.set_rates("127.0.0.2", client_mbit=c, storage_mbit=s)
+            got_c, got_s = _together(ns, [client, storage], 4.0)
+            print(f"NIC 40 Mbit/s split {c}/{s}: clients {got_c:.2f} ({100 * (got_c / c - 1):+.1f} "
+                  f"%), storage {got_s:.2f} ({100 * (got_s / s - 1):+.1f} %)")
+    finally:
+        sh.remove()
+    fifo = HtbShaper(ns, total_mbit=500, nic_mbit=40, split=False, match="egress",
+                     queue_bytes=256_000)
+    fifo.install(["127.0.0.2"], client_mbit=1, storage_mbit=1)
+    try:
+        got_c, got_s = _together(ns, [client, storage], 4.0)
+        print(f"NIC 40 Mbit/s, one FIFO: clients {got_c:.2f}, storage {got_s:.2f}, together "
+              f"{got_c + got_s:.2f} ({100 * ((got_c + got_s) / 40 - 1):+.1f} %)")
+    finally:
+        fifo.remove()
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A bounded TCP throughput probe for measuring shaped rates inside a lab namespace.
 
     python -m elastore.lab.flow recv HOST PORT SECONDS   # prints one JSON line per interval
-    python -m elastore.lab.flow send HOST PORT SECONDS
+    python -m elastore.lab.flow send HOST PORT SECONDS [SOURCE_IP[:PORT]]
 
 Both ends stop by themselves after SECONDS. Only ever run inside a namespace the lab or
 the test run created, against its own 127.0.0.x addresses.
@@ -49,10 +49,17 @@ def recv(host: str, port: int, seconds: float) -> None:
     srv.close()
 
 
-def send(host: str, port: int, seconds: float) -> None:
+def send(host: str, port: int, seconds: float, source: str = "") -> None:
+    """Send to ``host:port`` for ``seconds``; ``source`` ``IP[:PORT]`` binds the sending end
+    first, e.g. ``127.0.0.2:9042`` to look like node 2 answering a client, or ``127.0.0.2``
+    to look like node 2's outgoing internode connection."""
+    src = None
+    if source:
+        ip, _, sport = source.partition(":")
+        src = (ip, int(sport or 0))
     for _ in range(50):
         try:
-            s = socket.create_connection((host, port), timeout=2)
+            s = socket.create_connection((host, port), timeout=2, source_address=src)
             break
         except OSError:
             time.sleep(0.1)
@@ -69,11 +76,11 @@ def send(host: str, port: int, seconds: float) -> None:
 
 
 def measure(ns: str, host: str, port: int, seconds: float,
-            during: list[tuple[float, Callable[[], object]]] | None = None
-            ) -> list[tuple[float, float]]:
-    """Run a receiver and a sender inside namespace ``ns``; return (t, Mbit/s) per 0.25 s
-    interval. ``during``: (seconds after the start, action) to run while the flow goes on,
-    e.g. a live rate change."""
+            during: list[tuple[float, Callable[[], object]]] | None = None,
+            source: str = "") -> list[tuple[float, float]]:
+    """Run a receiver on ``host:port`` and a sender inside namespace ``ns``; return
+    (t, Mbit/s) per 0.25 s interval. ``during``: (seconds after the start, action) to run
+    while the flow goes on, e.g. a live rate change. ``source``: see :func:`send`."""
     from elastore.errors import ElastoreError
     from elastore.lab import netns
 
@@ -87,7 +94,7 @@ def measure(ns: str, host: str, port: int, seconds: float,
         if "listening" not in first:
             raise ElastoreError(f"throughput probe did not start in {ns}: {first!r}")
         send_p = subprocess.Popen(netns.command(ns, [*py, "send", host, str(port),
-                                                     str(seconds + 1)]))
+                                                     str(seconds + 1), source]))
         t0 = time.monotonic()
         for at, action in sorted(during or [], key=lambda p: p[0]):
             time.sleep(max(0.0, at - (time.monotonic() - t0)))
@@ -113,7 +120,10 @@ def mean_rate(samples: list[tuple[float, float]], lo: float, hi: float) -> float
 
 def main() -> None:
     mode, host, port, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-    {"recv": recv, "send": send}[mode](host, port, seconds)
+    if mode == "send":
+        send(host, port, seconds, sys.argv[5] if len(sys.argv) > 5 else "")
+    else:
+        recv(host, port, seconds)
 
 
 if __name__ == "__main__":
