@@ -48,8 +48,13 @@ def _windows(spec: str | None) -> slice:
 @click.option("--keyspace", default="wiki", show_default=True)
 @click.option("--no-preload", is_flag=True, help="Do not write every key first.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--routing", type=click.Choice(["token-aware", "round-robin"]),
+              default="token-aware", show_default=True,
+              help="Send each request to a replica of its key (the driver's production "
+                   "default), or round robin over all nodes.")
 def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
-            windows: str | None, keyspace: str, no_preload: bool, seed: int) -> None:
+            windows: str | None, keyspace: str, no_preload: bool, seed: int,
+            routing: str) -> None:
     """Replay WORKLOAD open-loop with cassandra-driver: scheduled rates, 50 clients, keys by
     popularity, 10 KiB incompressible values; per-window CSV and Prometheus metrics.
 
@@ -75,7 +80,8 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
 
     rows = run(wl, [n.spec.ip for n in state.nodes], out, concurrency=concurrency,
                rate_scale=rate_scale, windows=_windows(windows), keyspace=keyspace,
-               preload=not no_preload, metrics_addr=lab.LOADGEN_METRICS, seed=seed)
+               preload=not no_preload, metrics_addr=lab.LOADGEN_METRICS, seed=seed,
+               routing=routing)
     sched = sum(r["scheduled_rps"] for r in rows) / len(rows)
     got = sum(r["achieved_rps"] for r in rows) / len(rows)
     worst = max(r["p95_ms"] for r in rows)

@@ -7,7 +7,8 @@ queue; latency is measured from the scheduled time, so queueing shows in it. Key
 from the workload's popularity table; values are 10 KiB of incompressible bytes.
 
 Exports to Prometheus (prometheus-client, on the lab's loadgen address) and writes a CSV
-with one row per window: scheduled and achieved rates, errors, p50/p95/p99 latency.
+with one row per window: scheduled and achieved rates, errors, p50/p95/p99 latency; and
+beside it (``*-nodes.csv``) the same per coordinator node, i.e. per server.
 Must run inside the lab namespace (the CLI re-enters it).
 """
 
@@ -79,10 +80,11 @@ def schedule(wl: Workload, rate_scale: float, windows: slice, seed: int
 def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
         preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
-        rf: int = 2, on_start: Callable[[float], None] | None = None
-        ) -> list[dict[str, Any]]:
+        rf: int = 2, on_start: Callable[[float], None] | None = None,
+        routing: str = "token-aware") -> list[dict[str, Any]]:
     """Replay; ``on_start`` is called with the ``time.monotonic()`` at which the first
-    window starts (experiments align other events with it)."""
+    window starts (experiments align other events with it). ``routing``: see
+    :func:`elastore.lab.cql.cluster_for`."""
     from cassandra import ConsistencyLevel
 
     from elastore.lab.cql import cluster_for
@@ -97,7 +99,7 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
               for k in range(min(n_keys, 4096))]
     metrics = _Metrics(metrics_addr) if metrics_addr else None
 
-    cluster = cluster_for(hosts)
+    cluster = cluster_for(hosts, routing)
     session = cluster.connect()
     try:
         session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
@@ -120,6 +122,8 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
                                         0, [])
         for w in win:
             stats[int(w)].scheduled += 1
+        # the same per coordinator node (the node that answered): per-server latency
+        by_node: dict[tuple[int, str], WindowStats] = {}
         slots = threading.BoundedSemaphore(concurrency)
         lock = threading.Lock()
         done = threading.Event()
@@ -129,15 +133,22 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
             on_start(start)
         log.info("replaying %d requests over %.0f s ...", len(times), times[-1])
 
-        def finish(w: int, sched: float, ok: bool) -> None:
+        def finish(w: int, sched: float, ok: bool, fut: Any) -> None:
             lat = (time.monotonic() - (start + sched)) * 1000
+            host = getattr(fut, "coordinator_host", None) or getattr(fut, "_current_host",
+                                                                     None)
+            node = str(getattr(host, "address", "") or "unknown")
             with lock:
                 s = stats[w]
-                if ok:
-                    s.completed += 1
-                    s.latencies_ms.append(lat)  # type: ignore[union-attr]
-                else:
-                    s.errors += 1
+                n = by_node.get((w, node))
+                if n is None:
+                    n = by_node[(w, node)] = WindowStats(w, s.start_s, 0, 0, 0, [])
+                for st in (s, n):
+                    if ok:
+                        st.completed += 1
+                        st.latencies_ms.append(lat)  # type: ignore[union-attr]
+                    else:
+                        st.errors += 1
                 pending[0] -= 1
                 if pending[0] == 0:
                     done.set()
@@ -157,18 +168,33 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
                 fut = session.execute_async(write, (k, values[k % len(values)]))
             else:
                 fut = session.execute_async(read, (k,))
-            fut.add_callbacks(lambda _r, w=w, s=sched: finish(w, s, True),
-                              lambda _e, w=w, s=sched: finish(w, s, False))
+            fut.add_callbacks(lambda _r, w=w, s=sched, f=fut: finish(w, s, True, f),
+                              lambda _e, w=w, s=sched, f=fut: finish(w, s, False, f))
         done.wait(timeout=120)
     finally:
         cluster.shutdown()
     rows = [stats[w].row(wl.window_seconds) for w in sorted(stats)]
-    out_csv.parent.mkdir(parents=True, exist_ok=True)
-    with out_csv.open("w", newline="") as fh:
+    _write_csv(out_csv, rows)
+    if out_csv != Path("/dev/null"):
+        node_rows = [{"node": node, **by_node[(w, node)].row(wl.window_seconds)}
+                     for (w, node) in sorted(by_node)]
+        for r in node_rows:
+            del r["scheduled_rps"]  # scheduling is per request, not per node
+        _write_csv(nodes_csv(out_csv), node_rows or [{"node": "", "window": ""}])
+    return rows
+
+
+def nodes_csv(out_csv: Path) -> Path:
+    """Where :func:`run` writes the per-coordinator-node windows, next to ``out_csv``."""
+    return out_csv.with_name(out_csv.stem + "-nodes.csv")
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
         wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
         wr.writeheader()
         wr.writerows(rows)
-    return rows
 
 
 class _Metrics:

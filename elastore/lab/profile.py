@@ -178,7 +178,7 @@ def bandwidth_path(out: Path) -> Path:
 
 def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
                 window_s: float = 5.0, bulk_rows: int = 20000, resume: bool = False,
-                echo: Callable[[str], None] = print) -> Path:
+                echo: Callable[[str], None] = print, routing: str = "token-aware") -> Path:
     """Run the sweep on the lab that is up (call it inside the lab namespace); append sample
     rows to ``out`` and bandwidth rows to :func:`bandwidth_path` of it."""
     from elastore.actuators.tc import HtbShaper
@@ -217,12 +217,12 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
             pre = t / "preload.json"
             constant_workload(1.0, 1.0, window_s, window_s).save(pre)
             echo(f"preloading {KEY_COUNT} keys ...")
-            _load(pre, t / "preload.csv", preload=True, hosts=ips)
+            _load(pre, t / "preload.csv", preload=True, hosts=ips, routing=routing)
             out.parent.mkdir(parents=True, exist_ok=True)
             with _Appender(out, COLUMNS) as wr, _Appender(bw_out, BW_COLUMNS) as bw:
                 for level, group in itertools.groupby(todo, key=lambda p: p.stream_mibps):
                     _profile_level(state, lib, nodetool, level, list(group), wr, bw, t,
-                                   point_s, window_s, len(points), echo, ips, shaper)
+                                   point_s, window_s, len(points), echo, ips, shaper, routing)
     finally:
         shaper.remove()
     return out
@@ -257,7 +257,7 @@ class _Appender:
 def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: list[Point],
                    wr: _Appender, bw: _Appender, t: Path, point_s: float, window_s: float,
                    total: int, echo: Callable[[str], None], ips: list[str],
-                   shaper: Any) -> None:
+                   shaper: Any, routing: str) -> None:
     from elastore.lab import lab
     from elastore.lab.cassandra import streaming_outgoing_bytes
 
@@ -295,7 +295,7 @@ def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: li
                     rows_csv = t / f"p{p.index}.csv"
                     before, tc0 = measure()
                     t0 = time.monotonic()
-                    _load(wl, rows_csv, preload=False, hosts=ips)
+                    _load(wl, rows_csv, preload=False, hosts=ips, routing=routing)
                     secs = time.monotonic() - t0
                     after, tc1 = measure()
                     if any(v is None for v in before + after):
@@ -375,8 +375,8 @@ def _inside(state: Any, argv: list[str]) -> None:
         raise ElastoreError(f"{' '.join(argv[2:5])} failed: {res.stderr.strip()[-400:]}")
 
 
-def _load(wl: Path, out: Path, preload: bool, hosts: list[str]) -> None:
+def _load(wl: Path, out: Path, preload: bool, hosts: list[str], routing: str) -> None:
     """One point of load, in this process (which runs inside the lab namespace)."""
     from elastore.lab.loadgen import run
 
-    run(Workload.load(wl), hosts, out, keyspace="wiki", preload=preload)
+    run(Workload.load(wl), hosts, out, keyspace="wiki", preload=preload, routing=routing)
