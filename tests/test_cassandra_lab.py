@@ -123,10 +123,13 @@ def test_bwman_step_actuates_tc_and_the_stream_throttle(cluster: Path) -> None:
         for k, (n, dd) in enumerate(zip(state.nodes, decisions, strict=True), start=1):
             assert rates[f"1:{k}0"] == pytest.approx(dd.client_mbit, rel=0.02)
             assert rates[f"1:{k}1"] == pytest.approx(dd.storage_mbit, rel=0.02)
-            # nodetool takes whole MiB/s: the decision, rounded, is what the node runs at
+            assert rates[f"1:{k}00"] == pytest.approx(cfg.total_mbit, rel=0.02)  # the NIC
+            # nodetool takes whole MiB/s or Mbit/s: the decision, rounded so, is what the
+            # node runs at
             applied = loop.applied[dd.ip]
-            assert applied == max(1, round(dd.stream_mibps))
-            assert lab.get_stream_throughput(n.n, d=cluster) == pytest.approx(applied)
+            assert applied == pytest.approx(lab.stream_setting(dd.stream_mibps)[1])
+            assert lab.get_stream_throughput(n.n, d=cluster) == pytest.approx(applied,
+                                                                              rel=1e-4)
             assert "stream throttle" in dd.reason
     finally:
         shaper.remove()
@@ -168,6 +171,49 @@ def test_profile_sweeps_and_measures_migration(cluster: Path, tmp_path: Path) ->
     assert state is not None
     for n in state.nodes:  # the sweep leaves the store at its default throttle
         assert lab.get_stream_throughput(n.n, d=cluster) == pytest.approx(24)
+
+
+def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
+        cluster: Path, tmp_path: Path) -> None:
+    """A tiny `elastore lab profile-bandwidth`: one client bandwidth with a load inside and
+    one beyond it, one storage bandwidth with a real rebuild. The served rate lies below
+    the class's nominal rate, the overload point is found (not a lower bound), the rebuild
+    streams at the shaped rate, and the curves load into BwMan's models."""
+    import csv
+    import subprocess
+    import sys
+
+    from elastore.lab.bwprofile import nominal_rps
+    from elastore.models.bandwidth import fit_bandwidth
+    from elastore.models.bundle import read_columns
+    from elastore.units import mbit_to_mibps
+
+    out = tmp_path / "bw.csv"
+    argv = [sys.executable, "-m", "elastore", "lab", "profile-bandwidth", "--out", str(out),
+            "--client-mbit", "4", "--load-fractions", "0.5,1.3", "--migration-mbit", "4",
+            "--migration-rows", "1500", "--point-seconds", "15"]
+    env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "[3/3]" in res.stderr and "lower bound" not in res.stderr, res.stderr[-2000:]
+    rows = list(csv.DictReader(out.open()))
+    client = [r for r in rows if r["client_mbit"]]
+    mig = [r for r in rows if r["migration_mbit"]]
+    assert len(client) == 1 and len(mig) == 1, rows
+    served = float(client[0]["served_rps"])
+    assert 0 < served < nominal_rps(4), served
+    speed = float(mig[0]["migration_mibps"])
+    print(f"4 Mbit/s: {served:.1f} req/s within the SLO, migration {speed:.3f} MiB/s")
+    assert speed == pytest.approx(mbit_to_mibps(4), rel=0.15)
+    bw = fit_bandwidth(read_columns(out, None, (("client_mbit", "served_rps"),
+                                                ("migration_mbit", "migration_mibps"))))
+    assert bw.client is not None and bw.client(4) == pytest.approx(served)
+    assert bw.migration is not None and bw.migration(4) == pytest.approx(speed)
+    state = lab.LabState.load(cluster)
+    assert state is not None
+    raw = (tmp_path / "bw-points.csv").read_text()
+    assert raw.count("migration,") == len(state.nodes) - 1  # one row per sender
 
 
 def test_throttled_decommission_loses_nothing(cluster: Path) -> None:

@@ -41,16 +41,47 @@ class MetricsError(ElastoreError):
     """A metric the loop needs is missing or stale."""
 
 
+class ActuationError(ElastoreError):
+    """Applying a decision failed on some node that is still a member; the decisions of
+    the other nodes were applied (``decisions``)."""
+
+    def __init__(self, message: str, decisions: list[Decision]) -> None:
+        super().__init__(message)
+        self.decisions = decisions
+
+
 @dataclass(frozen=True)
 class BwManConfig:
-    total_mbit: float  # per node
+    total_mbit: float  # per node: the server's bandwidth (its NIC) that BwMan splits
     policy: Policy = Policy.PREFER_CLIENTS
     wanted_mibps: float | None = None  # None: f() of the client load
-    min_mibps: float = 1.0
-    max_mibps: float = 24.0
-    gossip_margin_mbit: float = 2.0  # port 7000 also carries gossip and messaging
+    min_mibps: float = 0.12  # ~1 Mbit/s: a migration is slowed, never stopped
+    max_mibps: float = 24.0  # Cassandra's default stream throughput
+    # port 7000 also carries gossip and messaging: the storage class keeps this much beyond
+    # what the stream throttle lets streaming use
+    gossip_margin_mbit: float = 0.5
     min_client_mbit: float = 1.0  # clients are never starved, whatever the policy
+    # The client model gives the bandwidth at which a load sits *on* the SLO border; the
+    # load observed is a mean over `window`, and the 5-s windows the SLO is judged on
+    # fluctuate around it (Poisson arrivals alone: +-15 % at 2 sigma at ~35 req/s per
+    # server over 5 s), so the clients are provisioned for the load plus this fraction.
+    load_headroom: float = 0.2
     window: str = "20s"
+    queue_bytes: int = 1_500_000  # per class: the bytes of a 1000-frame NIC queue
+    # the stream throttle is re-set only when the decision moves further than this from what
+    # is applied: nodetool takes whole Mbit/s (0.119 MiB/s), and every call starts a JVM
+    stream_resolution_mibps: float = 0.12
+
+    def __post_init__(self) -> None:
+        if not self.total_mbit > self.gossip_margin_mbit + self.min_client_mbit:
+            raise ElastoreError(f"total_mbit {self.total_mbit:g} must exceed the gossip "
+                                f"margin ({self.gossip_margin_mbit:g}) plus the clients' "
+                                f"floor ({self.min_client_mbit:g}) Mbit/s")
+        if not 0 <= self.load_headroom <= 2:
+            raise ElastoreError(f"load_headroom must be in [0, 2], got {self.load_headroom:g}")
+        if not 0 < self.min_mibps <= self.max_mibps:
+            raise ElastoreError(f"need 0 < min_mibps <= max_mibps, got {self.min_mibps:g}, "
+                                f"{self.max_mibps:g}")
 
 
 @dataclass(frozen=True)
@@ -64,16 +95,26 @@ class NodeObservation:
 @dataclass(frozen=True)
 class Decision:
     ip: str
-    client_mbit: float
-    storage_mbit: float
+    client_mbit: float  # guaranteed to the client class (port 9042)
+    storage_mbit: float  # guaranteed to the storage class (port 7000); sums to total_mbit
     stream_mibps: float  # decided; the store may apply it rounded (see ``applied``)
     reason: str
 
 
 def decide(obs: NodeObservation, models: ModelSet, cfg: BwManConfig) -> Decision:
-    """The bandwidth split and streaming throttle for one node. Pure."""
+    """The bandwidth split and streaming throttle for one node. Pure.
+
+    The migration rate wanted is ``cfg.wanted_mibps`` or f() of the node's client load (the
+    fastest migration that keeps the SLO, from the capacity model), within the bounds. The
+    BwMan models then split the node's bandwidth less the gossip margin: the client model
+    gives the bandwidth the node's load (plus ``load_headroom``) needs within the SLO, the
+    migration model the
+    bandwidth a migration speed needs; when both do not fit, the policy decides. tc
+    guarantees the two shares (they sum to the node's bandwidth); the stream throttle is
+    the speed the migration's share carries.
+    """
     if cfg.wanted_mibps is not None:
-        wanted = cfg.wanted_mibps
+        wanted = min(max(cfg.wanted_mibps, cfg.min_mibps), cfg.max_mibps)
         why = f"migration wanted at {wanted:g} MiB/s (fixed)"
     else:
         f = float(models.capacity.max_migration_rate(obs.client_rps, obs.read_ratio, 0.0,
@@ -82,12 +123,24 @@ def decide(obs: NodeObservation, models: ModelSet, cfg: BwManConfig) -> Decision
         why = (f"f({obs.client_rps:.0f} req/s, read ratio {obs.read_ratio:.2f}) = {f:.2f} "
                f"MiB/s keeps p{models.capacity.percentile} within 95 % of "
                f"{models.capacity.slo_ms:g} ms; wanted {wanted:.2f} MiB/s")
-    alloc = models.bandwidth.split(cfg.total_mbit, obs.client_rps, wanted, cfg.policy)
-    stream = max(alloc.migration_mibps, cfg.min_mibps)
+    usable = cfg.total_mbit - cfg.gossip_margin_mbit
+    provisioned = obs.client_rps * (1 + cfg.load_headroom)
+    alloc = models.bandwidth.split(usable, provisioned, wanted, cfg.policy)
+    client = max(alloc.client_mbit, cfg.min_client_mbit)
+    migration = usable - client
+    stream = alloc.migration_mibps
+    if migration < alloc.migration_mbit - 1e-9:  # the clients' floor took some of it
+        stream = min(stream, models.bandwidth.migration(migration)
+                     if models.bandwidth.migration is not None else stream)
+    stream = max(stream, cfg.min_mibps)
     return Decision(
-        ip=obs.ip, client_mbit=max(alloc.client_mbit, cfg.min_client_mbit),
-        storage_mbit=alloc.migration_mbit + cfg.gossip_margin_mbit, stream_mibps=stream,
-        reason=f"{obs.ip}: {why}; {alloc.reason}; stream throttle {stream:.2f} MiB/s",
+        ip=obs.ip, client_mbit=client, storage_mbit=migration + cfg.gossip_margin_mbit,
+        stream_mibps=stream,
+        reason=f"{obs.ip}: {why}; clients provisioned for {provisioned:.0f} req/s "
+               f"(+{100 * cfg.load_headroom:.0f} %); {alloc.reason}; tc {client:.1f} Mbit/s "
+               f"clients, "
+               f"{migration + cfg.gossip_margin_mbit:.1f} storage; stream throttle "
+               f"{stream:.2f} MiB/s",
     )
 
 
@@ -151,16 +204,32 @@ class BwManLoop:
                 self.applied.pop(ip, None)
             self.nodes = now
         decisions = [decide(o, self.models, self.cfg) for o in self.observe()]
+        applied, failed = [], []
         for (n, ip, _), d in zip(self.nodes, decisions, strict=True):
-            self.set_tc(ip, d.client_mbit, d.storage_mbit)
-            prev = self.last_stream.get(ip)
-            if prev is None or abs(prev - d.stream_mibps) > 0.05 * max(prev, 1e-9):
-                got = self.set_stream(n, d.stream_mibps)
-                self.applied[ip] = float(got) if got is not None else d.stream_mibps
-                self.last_stream[ip] = d.stream_mibps
+            try:
+                self.set_tc(ip, d.client_mbit, d.storage_mbit)
+                prev = self.applied.get(ip)
+                if prev is None or abs(prev - d.stream_mibps) > max(
+                        self.cfg.stream_resolution_mibps, 0.05 * prev):
+                    got = self.set_stream(n, d.stream_mibps)
+                    self.applied[ip] = float(got) if got is not None else d.stream_mibps
+                    self.last_stream[ip] = d.stream_mibps
+            except ElastoreError as exc:
+                # a node that finished leaving between the membership check and now is
+                # not a failure: it is simply no longer managed
+                if self.members is not None and ip not in {m[1] for m in self.members()}:
+                    log.info("bwman: %s left the cluster during this step", ip)
+                    continue
+                log.warning("bwman: applying the decision on %s failed: %s", ip, exc)
+                failed.append(f"{ip}: {exc.message}")
+                continue
             log.info("bwman: %s", d.reason)
-        self.decisions += decisions
-        return decisions
+            applied.append(d)
+        self.decisions += applied
+        if failed:
+            raise ActuationError("applying BwMan's decision failed on "
+                                 + "; ".join(failed), applied)
+        return applied
 
 
 def prometheus_query(get: Callable[[str], str | None]) -> Query:

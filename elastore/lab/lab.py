@@ -33,6 +33,7 @@ from elastore.lab.cassandra import (
     wait_for,
     write_config,
 )
+from elastore.units import mbit_to_mibps, mibps_to_mbit
 
 log = logging.getLogger("elastore.lab")
 NAMESPACE = "elastore-lab"
@@ -285,23 +286,37 @@ def _node(state: LabState, which: str | int) -> NodeState:
                         f"{', '.join(f'{n.n}={n.spec.ip}' for n in state.nodes)})")
 
 
-def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None) -> int:
-    """Throttle a node's outgoing streaming. ``nodetool setstreamthroughput -m`` takes whole
-    MiB/s, so the rate is rounded (at least 1); returns the MiB/s actually set."""
-    state = _require(d or lab_dir())
-    node = _node(state, which)
+def stream_setting(mibps: float) -> tuple[list[str], float]:
+    """The ``setstreamthroughput`` arguments closest to ``mibps`` and the MiB/s they set.
+
+    nodetool takes whole numbers: with ``-m`` whole MiB/s, without it whole Mbit/s (10^6
+    bit/s; measured: 16 reads back as 1.9073 MiB/s), 8.4x finer. Whichever is closer wins,
+    so 24 MiB/s (Cassandra's default) is set exactly and 0.6 MiB/s becomes 5 Mbit/s
+    (0.596 MiB/s). At least 1 Mbit/s: 0 would disable the throttle."""
     if not mibps > 0:
         raise ElastoreError(f"stream throughput must be > 0 MiB/s, got {mibps}")
-    whole = max(1, round(mibps))
-    if whole != mibps:
-        log.debug("node %d: %.2f MiB/s rounded to %d (nodetool takes whole MiB/s)",
-                  node.n, mibps, whole)
+    whole_mbit = max(1, round(mibps_to_mbit(mibps)))
+    by_mbit = mbit_to_mibps(whole_mbit)
+    whole_mib = round(mibps)
+    if whole_mib >= 1 and abs(whole_mib - mibps) <= abs(by_mbit - mibps):
+        return ["-m", str(whole_mib)], float(whole_mib)
+    return [str(whole_mbit)], by_mbit
+
+
+def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None) -> float:
+    """Throttle a node's outgoing streaming; returns the MiB/s actually set (see
+    :func:`stream_setting` for the rounding)."""
+    state = _require(d or lab_dir())
+    node = _node(state, which)
+    args, applied = stream_setting(mibps)
     res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "setstreamthroughput",
-                   "-m", str(whole))
+                   *args)
     if res.returncode != 0:
         raise ElastoreError(f"setstreamthroughput on node {node.n}: "
                             f"{(res.stdout + res.stderr).strip()[-300:]}")
-    return whole
+    log.debug("node %d: stream throttle %.3f MiB/s set as %s (%.3f MiB/s)", node.n, mibps,
+              " ".join(args), applied)
+    return applied
 
 
 def get_stream_throughput(which: str | int, d: Path | None = None) -> float:
@@ -318,16 +333,22 @@ def get_stream_throughput(which: str | int, d: Path | None = None) -> float:
 
 def bwman_loop(models: Any, cfg: Any, d: Path | None = None) -> tuple[Any, Any]:
     """A BwMan loop over the lab's nodes and the HTB it actuates (install()ed; remove() it
-    when done)."""
+    when done).
+
+    Every node gets a NIC of ``cfg.total_mbit`` (what it *sends*, tc's ``egress`` match)
+    split into a guaranteed client class (port 9042) and a guaranteed storage class (port
+    7000), each allowed to borrow up to the NIC when the other is idle; the loop moves the
+    split. Without BwMan the same NIC is one FIFO (``HtbShaper(split=False)``)."""
     from elastore.actuators.bwman import BwManLoop, prometheus_query
     from elastore.actuators.tc import HtbShaper
 
     d = d or lab_dir()
     state = _require(d)
-    shaper = HtbShaper(state.netns, total_mbit=cfg.total_mbit * len(state.nodes) + 100,
-                       ceil_mbit=cfg.total_mbit)
-    shaper.install([n.spec.ip for n in state.nodes], client_mbit=cfg.total_mbit,
-                   storage_mbit=cfg.total_mbit)
+    nic = float(cfg.total_mbit)
+    shaper = HtbShaper(state.netns, total_mbit=nic * MAX_NODES + 1000, nic_mbit=nic,
+                       match="egress", queue_bytes=cfg.queue_bytes)
+    shaper.install([n.spec.ip for n in state.nodes], client_mbit=nic / 2,
+                   storage_mbit=nic / 2)
     loop = BwManLoop([(n.n, n.spec.ip, n.spec.metrics) for n in state.nodes], models, cfg,
                      prometheus_query(lambda path: prometheus_get(state, path)),
                      lambda ip, c, st: shaper.set_rates(ip, client_mbit=c, storage_mbit=st),
