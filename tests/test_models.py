@@ -334,12 +334,48 @@ def test_shipped_lab_model_is_the_fit_of_the_committed_profile(tmp_path: Path) -
     prof = root / "experiments" / "profiles"
     readme = (prof / "README.md").read_text()
     assert "--pool-by point" in readme and "--slo-ms 100" in readme
+    assert "--bandwidth experiments/profiles/lab-bandwidth.csv" in readme
     res = CliRunner().invoke(cli, [
         "models", "fit", "--samples", str(prof / "lab-samples.csv"), "--bandwidth",
-        str(prof / "lab-samples-bandwidth.csv"), "--slo-ms", "100", "--pool-by", "point",
+        str(prof / "lab-bandwidth.csv"), "--slo-ms", "100", "--pool-by", "point",
         "-o", str(tmp_path / "m.json")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     mine = ModelSet.load(tmp_path / "m.json")
     shipped = ModelSet.load(root / "elastore" / "models" / "data" / "lab-profile.json")
     assert np.allclose(mine.capacity.log_latency, shipped.capacity.log_latency, atol=1e-6)
     assert mine.bandwidth.to_json() == shipped.bandwidth.to_json()
+
+
+def test_bandwidth_csv_may_hold_curves_of_different_lengths(tmp_path: Path) -> None:
+    """The lab's bandwidth profile writes both curves into one file: a row leaves the other
+    pair empty. A row with one cell of a pair empty is still an error naming its line."""
+    from elastore.models.bundle import read_columns
+
+    good = tmp_path / "bw.csv"
+    good.write_text("client_mbit,served_rps,migration_mbit,migration_mibps\n"
+                    "2,20,,\n4,41,,\n6,60,,\n8,79,,\n10,97,,\n"
+                    ",,2,0.21\n,,4,0.44\n,,8,0.9\n,,12,1.33\n,,16,1.8\n,,24,2.6\n")
+    cols = read_columns(good, None, (("client_mbit", "served_rps"),
+                                     ("migration_mbit", "migration_mibps")))
+    assert len(cols["client_mbit"]) == 5 and len(cols["migration_mbit"]) == 6
+    bw = fit_bandwidth(cols)
+    assert bw.client is not None and bw.client(6) == pytest.approx(60)
+    assert bw.migration is not None and bw.migration(8) == pytest.approx(0.9)
+    bad = tmp_path / "bad.csv"
+    bad.write_text("client_mbit,served_rps,migration_mbit,migration_mibps\n"
+                   "2,20,,\n4,,,\n")
+    with pytest.raises(ModelError, match="empty") as err:
+        read_columns(bad, None, (("client_mbit", "served_rps"),
+                                 ("migration_mbit", "migration_mibps")))
+    assert err.value.where.endswith("bad.csv:3")
+
+
+def test_bandwidth_curve_needs_three_distinct_levels() -> None:
+    from elastore.models.bandwidth import fit_curve
+
+    two = np.array([2.0, 2.0, 4.0, 4.0, 4.0])
+    with pytest.raises(ModelError, match="need >= 3 distinct bandwidths, got 2"):
+        fit_curve(two, two * 9, "Mbit/s", "requests/s")
+    c = fit_curve(np.array([2.0, 4.0, 8.0]), np.array([17.0, 36.0, 71.0]), "Mbit/s",
+                  "requests/s")
+    assert c(0) == 0 and c(4) == pytest.approx(36) and c.inverse(53.5) == pytest.approx(6)

@@ -108,15 +108,21 @@ def decommission_cmd(node: str) -> None:
 @click.argument("node")
 @click.argument("mib_s", type=float)
 def stream_cmd(node: str, mib_s: float) -> None:
-    """Throttle NODE's outgoing streaming to MIB_S MiB/s (nodetool setstreamthroughput -m).
+    """Throttle NODE's outgoing streaming to MIB_S MiB/s (nodetool setstreamthroughput).
+
+    nodetool takes whole MiB/s or whole Mbit/s; the closer of the two is used and the rate
+    actually set is printed.
 
     \b
     Example:
       elastore lab set-stream-throughput 3 2
+      elastore lab set-stream-throughput 3 0.6     # 5 Mbit/s = 0.596 MiB/s
     """
-    lab.set_stream_throughput(node, mib_s)
-    log.info("node %s: stream throughput %g MiB/s", node, mib_s)
-    click.echo(f"node {node}: stream throughput {mib_s:g} MiB/s")
+    applied = lab.set_stream_throughput(node, mib_s)
+    log.info("node %s: stream throughput %g MiB/s (asked %g)", node, applied, mib_s)
+    click.echo(f"node {node}: stream throughput {applied:.4g} MiB/s"
+               + (f" (asked {mib_s:g}; nodetool takes whole MiB/s or Mbit/s)"
+                  if abs(applied - mib_s) > 1e-9 else ""))
 
 
 @lab_group.command("bwman")
@@ -124,32 +130,37 @@ def stream_cmd(node: str, mib_s: float) -> None:
               help="'lab' (default: the shipped lab profile), 'placeholder', or a file from "
                    "`elastore models fit`.")
 @click.option("--total-mbit", type=click.FloatRange(min=0, min_open=True), required=True,
-              help="Bandwidth per node to split between clients and migration, Mbit/s.")
+              help="Each node's link, Mbit/s (what it sends): tc gives every node a link "
+                   "of this rate and BwMan splits it between clients and migration.")
+@click.option("--headroom", type=click.FloatRange(0, 2), default=0.2, show_default=True,
+              help="Provision clients for their observed load plus this fraction.")
 @click.option("--policy", type=click.Choice(["PreferClients", "PreferMigration"]),
               default="PreferClients", show_default=True)
 @click.option("--wanted-mibps", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Fixed migration rate wanted (default: f() of each node's client load).")
 @click.option("--period", type=click.FloatRange(min=1), default=5.0, show_default=True)
 @click.option("--duration", type=click.FloatRange(min=1), default=60.0, show_default=True)
-def bwman_cmd(model_path: Path | None, total_mbit: float, policy: str,
+def bwman_cmd(model_path: Path | None, total_mbit: float, headroom: float, policy: str,
               wanted_mibps: float | None, period: float, duration: float) -> None:
     """Run BwMan on the lab: every PERIOD s, read each node's client load and streaming from
-    Prometheus, split its bandwidth with the models, set tc and setstreamthroughput, and
-    log the decision with its reason. The HTB is removed on exit.
+    Prometheus, split its link with the models (client model: bandwidth for the load;
+    migration model: speed of the rest), set tc and setstreamthroughput, and log the
+    decision with its reason. The HTB is removed on exit.
 
     \b
     Example:
-      sudo elastore lab bwman --total-mbit 200 --policy PreferClients --duration 120
+      sudo elastore lab bwman --total-mbit 8 --policy PreferClients --duration 300
     """
     import time
 
-    from elastore.actuators.bwman import BwManConfig, MetricsError
+    from elastore.actuators.bwman import ActuationError, BwManConfig, MetricsError
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
     from elastore.sim.cli import model_choice
 
     models = ModelSet.load(model_choice(model_path)[0])
-    cfg = BwManConfig(total_mbit=total_mbit, policy=Policy(policy), wanted_mibps=wanted_mibps)
+    cfg = BwManConfig(total_mbit=total_mbit, policy=Policy(policy), wanted_mibps=wanted_mibps,
+                      load_headroom=headroom)
     loop, shaper = lab.bwman_loop(models, cfg)
     end = time.monotonic() + duration
     try:
@@ -157,7 +168,11 @@ def bwman_cmd(model_path: Path | None, total_mbit: float, policy: str,
             try:
                 for d in loop.step():
                     click.echo(d.reason)
-            except MetricsError as exc:
+            except ActuationError as exc:  # the other nodes were served
+                for d in exc.decisions:
+                    click.echo(d.reason)
+                log.error("%s", exc)
+            except MetricsError as exc:  # nothing actuated this period
                 log.error("%s", exc)
             time.sleep(period)
     finally:
@@ -190,9 +205,12 @@ def _floats(name: str, spec: str) -> list[float]:
 @click.option("--bulk-rows", type=click.IntRange(min=0), default=20000, show_default=True,
               help="10 KiB rows (RF 2) written once for the migrations to stream.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out.")
+@click.option("--routing", type=click.Choice(["token-aware", "round-robin"]),
+              default="token-aware", show_default=True,
+              help="The load generator's request routing (see `elastore load run`).")
 def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interference: str,
                 point_seconds: float, window_seconds: float, bulk_rows: int,
-                resume: bool) -> None:
+                resume: bool, routing: str) -> None:
     """Sweep load x read ratio x migration rate x interference on the running lab and
     record per-window p95/p99 latency and throughput per server: the samples CSV that
     `elastore models fit` consumes. Migration is real streaming (nodetool rebuild under
@@ -225,5 +243,70 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
         res = subprocess.run(netns.command(state.netns, argv), env=env, check=False)
         raise SystemExit(res.returncode)
     path = run_profile(points, out, point_s=point_seconds, window_s=window_seconds,
-                       bulk_rows=bulk_rows, resume=resume, echo=lambda m: click.echo(m, err=True))
+                       bulk_rows=bulk_rows, resume=resume, echo=lambda m: click.echo(m, err=True),
+                       routing=routing)
     click.echo(f"samples: {path}")
+
+
+@lab_group.command("profile-bandwidth")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("lab-bandwidth.csv"), show_default=True,
+              help="The two curves for `elastore models fit --bandwidth`; the raw points go "
+                   "beside it (*-points.csv).")
+@click.option("--client-mbit", default="2,4,6,8", show_default=True,
+              help="Client bandwidths per server to shape, Mbit/s.")
+@click.option("--load-fractions", default="0.4,0.55,0.7,0.8,0.9,1.0", show_default=True,
+              help="Loads at each client bandwidth, as fractions of its nominal rate "
+                   "(bandwidth / one 10 KiB response).")
+@click.option("--migration-mbit", default="2,4,8,16", show_default=True,
+              help="Storage bandwidths per server to shape, Mbit/s (one rebuild each).")
+@click.option("--migration-rows", type=click.IntRange(min=100), default=9000,
+              show_default=True, help="10 KiB rows (RF 2) of the keyspace the rebuilds stream.")
+@click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), default=100.0,
+              show_default=True)
+@click.option("--percentile", type=click.Choice(["95", "99"]), default="95", show_default=True)
+@click.option("--read-ratio", type=click.FloatRange(0, 1), default=0.95, show_default=True)
+@click.option("--point-seconds", type=click.FloatRange(min=1), default=20.0,
+              show_default=True)
+@click.option("--resume", is_flag=True, help="Continue an interrupted sweep.")
+def profile_bandwidth_cmd(out: Path, client_mbit: str, load_fractions: str,
+                          migration_mbit: str, migration_rows: int, slo_ms: float,
+                          percentile: str, read_ratio: float, point_seconds: float,
+                          resume: bool) -> None:
+    """Measure BwMan's two regressions on the running lab (reference text 5.2.1): the load
+    a server serves within the SLO per client bandwidth (its port-9042 egress shaped with
+    tc), and the migration speed per storage bandwidth (its port-7000 egress shaped, real
+    nodetool rebuilds).
+
+    \b
+    Example:
+      elastore lab up --nodes 3
+      elastore lab profile-bandwidth --out experiments/profiles/lab-bandwidth.csv
+      elastore models fit --samples experiments/profiles/lab-samples.csv \\
+          --bandwidth experiments/profiles/lab-bandwidth.csv --slo-ms 100 -o model.json
+    """
+    import os
+    import subprocess
+    import sys
+
+    from elastore.lab.bwprofile import plan_bandwidth, run_bandwidth_profile
+    from elastore.lab.loadcli import INSIDE
+
+    state = lab.LabState.load(lab.lab_dir())
+    if state is None or not state.nodes:
+        raise ElastoreError("no lab is up: run 'elastore lab up' first")
+    points = plan_bandwidth(_floats("--client-mbit", client_mbit),
+                            _floats("--load-fractions", load_fractions),
+                            _floats("--migration-mbit", migration_mbit), len(state.nodes))
+    if os.environ.get(INSIDE) != state.netns:  # the driver reaches the nodes from inside
+        from elastore.lab import netns
+
+        env = dict(os.environ, **{INSIDE: state.netns})
+        argv = [sys.executable, "-m", "elastore", *sys.argv[1:]]
+        res = subprocess.run(netns.command(state.netns, argv), env=env, check=False)
+        raise SystemExit(res.returncode)
+    path = run_bandwidth_profile(points, out, point_s=point_seconds, slo_ms=slo_ms,
+                                 percentile=int(percentile), read_ratio=read_ratio,
+                                 migration_rows=migration_rows, resume=resume,
+                                 echo=lambda m: click.echo(m, err=True))
+    click.echo(f"bandwidth curves: {path} (raw points: {path.with_name(path.stem)}-points.csv)")

@@ -14,6 +14,7 @@ breakpoints the other way.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy.typing as npt
 from elastore.models.capacity import ModelError
 
 FloatArray = npt.NDArray[np.float64]
+MIN_LEVELS = 3
 
 
 class Policy(enum.StrEnum):
@@ -79,8 +81,12 @@ def fit_curve(x: FloatArray, y: FloatArray, x_unit: str, y_unit: str) -> Monoton
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 5:
-        raise ModelError(f"too few bandwidth samples for {y_unit} vs {x_unit} (need >= 5)")
+    # a shaped sweep gives one pooled sample per bandwidth level (elastore lab
+    # profile-bandwidth: 4 levels by default); with the origin that is enough for a
+    # monotone curve, fewer levels are not
+    if len(np.unique(x[ok])) < MIN_LEVELS:
+        raise ModelError(f"too few bandwidth samples for {y_unit} vs {x_unit} (need >= "
+                         f"{MIN_LEVELS} distinct bandwidths, got {len(np.unique(x[ok]))})")
     iso = IsotonicRegression(increasing=True, out_of_bounds="clip").fit(x[ok], y[ok])
     bx = np.asarray(iso.X_thresholds_, dtype=float)
     by = np.asarray(iso.y_thresholds_, dtype=float)
@@ -140,6 +146,19 @@ class BandwidthModels:
         need_c = self.client_mbit_for(max(client_load_rps, 0.0))
         need_m = self.migration_mbit_for(wanted_migration_mibps) if wanted_migration_mibps > 0 \
             else 0.0
+        beyond = []  # a need past a model's measured range is unknown, not satisfiable
+        if math.isinf(need_c):
+            assert self.client is not None
+            beyond.append(f"{client_load_rps:.0f} req/s is beyond the client model "
+                          f"(measured up to {self.client.y[-1]:.0f} req/s at "
+                          f"{self.client.x[-1]:.1f} Mbit/s)")
+        if math.isinf(need_m):
+            assert self.migration is not None
+            beyond.append(f"{wanted_migration_mibps:.2f} MiB/s is beyond the migration model "
+                          f"(measured up to {self.migration.y[-1]:.2f} MiB/s at "
+                          f"{self.migration.x[-1]:.1f} Mbit/s)")
+        short = "; ".join(beyond) if beyond else \
+            f"short by {need_c + need_m - total_mbit:.1f} Mbit/s"
         if need_c + need_m <= total_mbit:
             spare = total_mbit - need_c - need_m
             if policy is Policy.PREFER_CLIENTS or need_m == 0:
@@ -152,13 +171,13 @@ class BandwidthModels:
         elif policy is Policy.PREFER_CLIENTS:
             c = min(need_c, total_mbit)
             m = total_mbit - c
-            reason = (f"short by {need_c + need_m - total_mbit:.1f} Mbit/s: PreferClients "
-                      f"gives clients {c:.1f}, migration the remaining {m:.1f}")
+            reason = (f"{short}: PreferClients gives clients {c:.1f}, migration the "
+                      f"remaining {m:.1f}")
         else:
             m = min(need_m, total_mbit)
             c = total_mbit - m
-            reason = (f"short by {need_c + need_m - total_mbit:.1f} Mbit/s: PreferMigration "
-                      f"gives migration {m:.1f}, clients the remaining {c:.1f}")
+            reason = (f"{short}: PreferMigration gives migration {m:.1f}, clients the "
+                      f"remaining {c:.1f}")
         speed = self.migration(m) if self.migration is not None else 0.0
         return Allocation(
             client_mbit=c, migration_mbit=m, client_needed_mbit=need_c,

@@ -103,11 +103,19 @@ def read_columns(path: Path, required: tuple[str, ...] | None, optional_pairs: t
     if frame.empty:
         raise ModelError("the file has a header but no data rows", str(path))
     out = {}
+    paired = {c: (a, b) for a, b in optional_pairs for c in (a, b)}
     for c in wanted:
+        col = frame[c]
+        if c in paired and c not in (required or ()):
+            # a file may hold several curves of different lengths: a row that leaves *both*
+            # cells of a pair empty does not contribute to that pair
+            a, b = paired[c]
+            col = col[~((frame[a].str.strip() == "") & (frame[b].str.strip() == ""))]
         try:
-            out[c] = parse_counts(frame[c], f"value in {c!r}", 2, str(path))
+            out[c] = parse_counts(col.reset_index(drop=True), f"value in {c!r}", 2, str(path))
         except TraceError as exc:
-            raise ModelError(exc.message, exc.where) from exc
+            i = int((exc.where or ":2").rsplit(":", 1)[1]) - 2
+            raise ModelError(exc.message, f"{path}:{int(col.index[i]) + 2}") from exc
     return out
 
 
