@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from elastore.actuators.stream import stream_setting
 from elastore.errors import ElastoreError
 from elastore.lab import netns
 from elastore.lab.cassandra import (
@@ -33,7 +34,6 @@ from elastore.lab.cassandra import (
     wait_for,
     write_config,
 )
-from elastore.units import mbit_to_mibps, mibps_to_mbit
 
 log = logging.getLogger("elastore.lab")
 NAMESPACE = "elastore-lab"
@@ -284,23 +284,6 @@ def _node(state: LabState, which: str | int) -> NodeState:
             return n
     raise ElastoreError(f"no node {which!r} (nodes: "
                         f"{', '.join(f'{n.n}={n.spec.ip}' for n in state.nodes)})")
-
-
-def stream_setting(mibps: float) -> tuple[list[str], float]:
-    """The ``setstreamthroughput`` arguments closest to ``mibps`` and the MiB/s they set.
-
-    nodetool takes whole numbers: with ``-m`` whole MiB/s, without it whole Mbit/s (10^6
-    bit/s; measured: 16 reads back as 1.9073 MiB/s), 8.4x finer. Whichever is closer wins,
-    so 24 MiB/s (Cassandra's default) is set exactly and 0.6 MiB/s becomes 5 Mbit/s
-    (0.596 MiB/s). At least 1 Mbit/s: 0 would disable the throttle."""
-    if not mibps > 0:
-        raise ElastoreError(f"stream throughput must be > 0 MiB/s, got {mibps}")
-    whole_mbit = max(1, round(mibps_to_mbit(mibps)))
-    by_mbit = mbit_to_mibps(whole_mbit)
-    whole_mib = round(mibps)
-    if whole_mib >= 1 and abs(whole_mib - mibps) <= abs(by_mbit - mibps):
-        return ["-m", str(whole_mib)], float(whole_mib)
-    return [str(whole_mbit)], by_mbit
 
 
 def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None) -> float:
