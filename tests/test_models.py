@@ -137,6 +137,25 @@ def test_latency_rises_with_migration(ms: ModelSet) -> None:
     assert np.all(np.diff(lat) >= 0) and lat[-1] > lat[0]
 
 
+def test_the_same_model_read_against_another_slo(ms: ModelSet) -> None:
+    """A policy with a tighter SLO than the one fitted gets a smaller capacity from the same
+    measured latencies (and a looser one a larger); another percentile is refused."""
+    base = float(ms.capacity.capacity(0.9))
+    slo = ms.capacity.slo_ms
+    tight = ms.for_slo(slo / 2, ms.capacity.percentile)
+    loose = ms.for_slo(slo * 2, ms.capacity.percentile)
+    assert float(tight.capacity.capacity(0.9)) < base < float(loose.capacity.capacity(0.9))
+    # the crossing really is at the new border
+    cap = float(tight.capacity.capacity(0.9))
+    assert float(tight.capacity.latency_ms(cap, 0.9)[()]) == pytest.approx(slo / 2, rel=0.05)
+    assert ms.for_slo(slo, ms.capacity.percentile) is ms
+    other = 99 if ms.capacity.percentile == 95 else 95
+    with pytest.raises(ModelError, match="needs a model fitted for it"):
+        ms.for_slo(slo, other)
+    with pytest.raises(ModelError, match="must be > 0 ms"):
+        ms.for_slo(0, ms.capacity.percentile)
+
+
 def test_model_file_is_plain_versioned_json(model_files: tuple[Path, Path]) -> None:
     path, _ = model_files
     doc = json.loads(path.read_text())

@@ -8,7 +8,7 @@ every number and shape, so an untrusted file can at worst be rejected.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,12 @@ class ModelSet:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(self.dumps(), encoding="utf-8")
         tmp.replace(path)
+
+    def for_slo(self, latency_ms: float, percentile: int) -> ModelSet:
+        """This set with the capacity model read against another SLO (see
+        :meth:`CapacityModel.for_slo`)."""
+        cap = self.capacity.for_slo(latency_ms, percentile)
+        return self if cap is self.capacity else replace(self, capacity=cap)
 
     @classmethod
     def loads(cls, text: str | bytes, where: str = "<model>") -> ModelSet:

@@ -22,7 +22,7 @@ its edge and reported as extrapolation.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -126,6 +126,20 @@ class CapacityModel:
         for axis in (1, 2):  # capacity non-increasing in migration and interference
             cap = np.minimum.accumulate(cap, axis=axis)
         return cap
+
+    def for_slo(self, latency_ms: float, percentile: int) -> CapacityModel:
+        """The same measured latencies read against another SLO border (the capacities
+        recomputed). The percentile cannot change: the table holds one percentile's
+        latencies, so asking for another is an error, not a silent approximation."""
+        if percentile != self.percentile:
+            raise ModelError(f"the capacity model holds p{self.percentile} latencies; an SLO "
+                             f"on p{percentile} needs a model fitted for it ('elastore models "
+                             f"fit --percentile {percentile}')")
+        if not math.isfinite(latency_ms) or latency_ms <= 0:
+            raise ModelError(f"SLO latency must be > 0 ms, got {latency_ms}")
+        if latency_ms == self.slo_ms:
+            return self
+        return replace(self, slo_ms=float(latency_ms), capacity_table=np.zeros(0))
 
     # -- queries ---------------------------------------------------------------------------
     def latency_ms(self, load_rps: Any, read_ratio: Any, migration_mibps: Any = 0.0,
