@@ -234,11 +234,14 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
     return state
 
 
-def _add(state: LabState, lib: Path, d: Path) -> NodeState:
-    used = {n.n for n in state.nodes}
-    n = min(k for k in range(1, MAX_NODES + 2) if k not in used)
-    if len(state.nodes) >= MAX_NODES:
-        raise ElastoreError(f"at most {MAX_NODES} nodes on this machine")
+def _add(state: LabState, lib: Path, d: Path, n: int | None = None) -> NodeState:
+    used = {x.n for x in state.nodes}
+    if n is None:
+        n = min(k for k in range(1, MAX_NODES + 2) if k not in used)
+    elif n in used:
+        raise ElastoreError(f"node {n} is already in the lab")
+    if len(state.nodes) >= MAX_NODES or not 1 <= n <= MAX_NODES:
+        raise ElastoreError(f"at most {MAX_NODES} nodes (1..{MAX_NODES}) on this machine")
     root = d / "nodes" / f"n{n}"
     shutil.rmtree(root, ignore_errors=True)  # a re-added IP must start from empty data
     spec = NodeSpec(n, root)
@@ -264,10 +267,26 @@ def _add(state: LabState, lib: Path, d: Path) -> NodeState:
     return node
 
 
-def add_node(d: Path | None = None) -> NodeState:
+def add_node(d: Path | None = None, n: int | None = None) -> NodeState:
+    """Start a node (the lowest free number, or ``n``) and wait until it has joined."""
     d = d or lab_dir()
     state = _require(d)
-    return _add(state, ensure_jars(), d)
+    return _add(state, ensure_jars(), d, n)
+
+
+def remove_node(which: str | int, d: Path | None = None) -> bool:
+    """Stop a node's JVM (by PID) and forget it, *without* decommissioning it: for a node
+    that has already left the ring (decommissioned through nodetool by someone else) or that
+    must simply stop. Returns whether a process was stopped."""
+    d = d or lab_dir()
+    state = _require(d)
+    node = _node(state, which)
+    stopped = _stop(node.pid, node.root)
+    state.nodes.remove(node)
+    state.save(d)
+    _reload_prometheus(state)
+    shutil.rmtree(node.root, ignore_errors=True)
+    return stopped
 
 
 def _require(d: Path) -> LabState:

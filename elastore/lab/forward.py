@@ -1,0 +1,140 @@
+"""A TCP forwarder from this namespace's loopback into a lab namespace's loopback.
+
+The lab's Prometheus listens on 127.0.0.1:9090 *inside* its namespace; a process outside
+(the operator under test) cannot reach it. :class:`Forwarder` listens on 127.0.0.1 here and,
+for every connection, starts ``ip netns exec NS python -m elastore.lab.forward connect
+HOST:PORT``, which connects inside the namespace and relays stdin/stdout; two threads pump
+the bytes. Only loopback addresses, on both sides.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import threading
+from typing import IO
+
+from elastore.errors import ElastoreError
+from elastore.lab import netns
+
+
+def _check_loopback(host: str) -> None:
+    if not host.startswith("127."):
+        raise ElastoreError(f"the forwarder only connects to loopback addresses, not {host}")
+
+
+class Forwarder:
+    def __init__(self, namespace: str, target: str, listen_port: int = 0) -> None:
+        host, _, port = target.rpartition(":")
+        _check_loopback(host)
+        self.namespace, self.target = namespace, f"{host}:{int(port)}"
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", listen_port))
+        self.sock.listen(16)
+        self.port = int(self.sock.getsockname()[1])
+        self._stop = threading.Event()
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        proc = subprocess.Popen(netns.command(self.namespace, [
+            sys.executable, "-m", "elastore.lab.forward", "connect", self.target]),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        with self._lock:
+            self._procs.append(proc)
+        assert proc.stdin is not None and proc.stdout is not None
+
+        def up() -> None:
+            _pump_from_socket(conn, proc.stdin)
+
+        t = threading.Thread(target=up, daemon=True)
+        t.start()
+        _pump_to_socket(proc.stdout, conn)
+        t.join(timeout=5)
+        conn.close()
+        proc.wait(timeout=5)
+        with self._lock:
+            self._procs.remove(proc)
+
+    def close(self) -> None:
+        """Stop listening and end every relay this forwarder started (by PID)."""
+        self._stop.set()
+        self.sock.close()
+        with self._lock:
+            for p in self._procs:
+                if p.poll() is None:
+                    p.kill()
+
+
+def _pump_from_socket(conn: socket.socket, out: IO[bytes] | None) -> None:
+    assert out is not None
+    try:
+        while data := conn.recv(65536):
+            out.write(data)
+            out.flush()
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            out.close()
+
+
+def _pump_to_socket(src: IO[bytes] | None, conn: socket.socket) -> None:
+    assert src is not None
+    try:
+        while data := src.read1(65536):  # type: ignore[attr-defined]
+            conn.sendall(data)
+    except OSError:
+        pass
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+
+
+def connect(target: str) -> None:
+    """Inside the namespace: relay stdin to ``target`` and ``target`` to stdout."""
+    host, _, port = target.rpartition(":")
+    _check_loopback(host)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.settimeout(None)
+
+    def up() -> None:
+        try:
+            while data := os.read(0, 65536):
+                s.sendall(data)
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_WR)
+
+    t = threading.Thread(target=up, daemon=True)
+    t.start()
+    try:
+        while data := s.recv(65536):
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+    except OSError:
+        pass
+    t.join(timeout=5)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "connect":
+        raise SystemExit("usage: python -m elastore.lab.forward connect HOST:PORT")
+    connect(sys.argv[2])
