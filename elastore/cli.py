@@ -123,11 +123,12 @@ def register() -> None:
     from elastore.lab.cli import lab_group
     from elastore.lab.loadcli import load_group
     from elastore.models.cli import models
+    from elastore.operator.cli import operator_group
     from elastore.predictor.cli import predict
     from elastore.sim.cli import simulate_cmd
     from elastore.traces.cli import trace
 
-    for cmd in (trace, predict, models, simulate_cmd, lab_group, load_group):
+    for cmd in (trace, predict, models, simulate_cmd, lab_group, load_group, operator_group):
         cli.add_command(cmd)
 
 

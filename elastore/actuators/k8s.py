@@ -1,0 +1,215 @@
+"""Acting on a storage StatefulSet through the Kubernetes API (kubernetes client).
+
+* **scale** through the StatefulSet's ``scale`` subresource;
+* **nodetool** through ``pods/exec`` into the store's container (the command is the
+  policy's ``target.nodetool``): ``netstats`` for a node's ring mode, ``decommission``,
+  ``setstreamthroughput``;
+* **PVCs** of removed pods, deleted only when the policy says so.
+
+Every call names what failed; nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from elastore.actuators.stream import stream_setting
+from elastore.errors import ElastoreError
+
+log = logging.getLogger("elastore.k8s")
+
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+          "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "": 1}
+
+
+def parse_quantity(q: str) -> float:
+    """A Kubernetes storage quantity (``10Gi``, ``500M``, ``1e9``) in bytes."""
+    s = str(q).strip()
+    for suffix in sorted(_UNITS, key=len, reverse=True):
+        if suffix and s.endswith(suffix):
+            return float(s[: -len(suffix)]) * _UNITS[suffix]
+    return float(s)
+
+
+@dataclass(frozen=True)
+class StatefulSetFacts:
+    name: str
+    spec_replicas: int
+    ready_replicas: int
+    replicas: int  # pods that exist
+    pvc_template: str | None  # the first volumeClaimTemplate's name
+    volume_bytes: float | None  # its requested size
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    rc: int | None  # None: the exit status could not be read
+    stdout: str
+    stderr: str
+
+
+class KubeActuator:
+    def __init__(self, api_client: Any = None) -> None:
+        from kubernetes import client
+
+        self.client = client
+        self.apps = client.AppsV1Api(api_client)
+        self.core = client.CoreV1Api(api_client)
+
+    # -- StatefulSets -------------------------------------------------------------------------
+    def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            sts: Any = self.apps.read_namespaced_stateful_set(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ElastoreError(f"reading StatefulSet {ns}/{name}: {exc.reason}") from exc
+        tmpl, size = None, None
+        vcts = sts.spec.volume_claim_templates or []
+        if vcts:
+            tmpl = vcts[0].metadata.name
+            req = (vcts[0].spec.resources.requests or {}) if vcts[0].spec.resources else {}
+            if "storage" in req:
+                size = parse_quantity(req["storage"])
+        st = sts.status
+        return StatefulSetFacts(name, int(sts.spec.replicas or 0), int(st.ready_replicas or 0),
+                                int(st.replicas or 0), tmpl, size)
+
+    def scale(self, ns: str, name: str, replicas: int) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.apps.patch_namespaced_stateful_set_scale(name, ns,
+                                                          {"spec": {"replicas": replicas}})
+        except ApiException as exc:
+            raise ElastoreError(f"scaling StatefulSet {ns}/{name} to {replicas}: "
+                                f"{exc.reason}") from exc
+        log.info("scaled %s/%s to %d replicas", ns, name, replicas)
+
+    # -- pods -----------------------------------------------------------------------------------
+    def pod(self, ns: str, name: str) -> tuple[bool, bool]:
+        """(exists, ready)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            p: Any = self.core.read_namespaced_pod(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False, False
+            raise ElastoreError(f"reading pod {ns}/{name}: {exc.reason}") from exc
+        if p.metadata.deletion_timestamp is not None:
+            return True, False
+        ready = any(c.type == "Ready" and c.status == "True"
+                    for c in (p.status.conditions or []))
+        return True, ready
+
+    def exec(self, ns: str, pod: str, container: str, argv: list[str],
+             timeout_s: float = 120.0) -> ExecResult:
+        """Run ``argv`` in the pod's container (pods/exec) and wait for it."""
+        import json
+
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import stream
+        from kubernetes.stream.ws_client import ERROR_CHANNEL
+
+        try:
+            resp = stream(self.core.connect_get_namespaced_pod_exec, pod, ns,
+                          container=container, command=argv, stderr=True, stdin=False,
+                          stdout=True, tty=False, _preload_content=False)
+        except ApiException as exc:
+            raise ElastoreError(f"exec {' '.join(argv)} in {ns}/{pod}: {exc.reason} "
+                                f"{str(exc.body)[:300]}") from exc
+        except Exception as exc:  # websocket errors carry no common base
+            raise ElastoreError(f"exec {' '.join(argv)} in {ns}/{pod}: {exc}") from exc
+        out, err = [], []
+        try:
+            resp.run_forever(timeout=timeout_s)
+            out.append(resp.read_stdout() if resp.peek_stdout() else "")
+            err.append(resp.read_stderr() if resp.peek_stderr() else "")
+            status = resp.read_channel(ERROR_CHANNEL)
+        finally:
+            resp.close()
+        rc: int | None = None
+        if status:
+            try:
+                doc = json.loads(status)
+                if doc.get("status") == "Success":
+                    rc = 0
+                else:
+                    causes = (doc.get("details") or {}).get("causes") or []
+                    codes = [c.get("message") for c in causes if c.get("reason") == "ExitCode"]
+                    rc = int(codes[0]) if codes else 1
+            except (ValueError, TypeError):
+                rc = None
+        return ExecResult(rc, "".join(out), "".join(err))
+
+    def nodetool(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...],
+                 *args: str, timeout_s: float = 120.0) -> ExecResult:
+        return self.exec(ns, pod, container, [*nodetool, *args], timeout_s)
+
+    def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
+                  ) -> str | None:
+        """The node's ring mode from ``nodetool netstats`` (None: it did not answer)."""
+        from elastore.operator.operation import parse_mode
+
+        try:
+            res = self.nodetool(ns, pod, container, nodetool, "netstats", timeout_s=60)
+        except ElastoreError as exc:
+            log.info("netstats in %s/%s: %s", ns, pod, exc)
+            return None
+        return parse_mode(res.stdout) if res.rc == 0 else None
+
+    def start_decommission(self, ns: str, pod: str, container: str,
+                           nodetool: tuple[str, ...]) -> None:
+        """Issue ``nodetool decommission`` without waiting for it (it runs in the node, for
+        minutes to hours; the loop follows it with ``netstats``)."""
+        def run() -> None:
+            try:
+                res = self.nodetool(ns, pod, container, nodetool, "decommission",
+                                    timeout_s=24 * 3600)
+                log.info("decommission of %s/%s returned %s: %s", ns, pod, res.rc,
+                         (res.stdout + res.stderr).strip()[-300:])
+            except ElastoreError as exc:
+                log.warning("decommission of %s/%s: %s", ns, pod, exc)
+
+        threading.Thread(target=run, name=f"decommission {pod}", daemon=True).start()
+
+    def set_stream_throughput(self, ns: str, pods: list[str], container: str,
+                              nodetool: tuple[str, ...], mibps: float) -> float:
+        """Every node's outgoing stream throttle; returns the MiB/s set (nodetool rounds)."""
+        args, applied = stream_setting(mibps)
+        failed = []
+        for p in pods:
+            res = self.nodetool(ns, p, container, nodetool, "setstreamthroughput", *args,
+                                timeout_s=60)
+            if res.rc != 0:
+                failed.append(f"{p}: {(res.stdout + res.stderr).strip()[-200:]}")
+        if failed:
+            raise ElastoreError("setstreamthroughput failed on " + "; ".join(failed))
+        return applied
+
+    # -- PVCs ------------------------------------------------------------------------------------
+    def pvc_exists(self, ns: str, name: str) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.read_namespaced_persistent_volume_claim(name, ns)
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise ElastoreError(f"reading PVC {ns}/{name}: {exc.reason}") from exc
+
+    def delete_pvc(self, ns: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.delete_namespaced_persistent_volume_claim(name, ns)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ElastoreError(f"deleting PVC {ns}/{name}: {exc.reason}") from exc

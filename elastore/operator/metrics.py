@@ -1,0 +1,155 @@
+"""What the control loop observes, from Prometheus (prometheus-api-client).
+
+A missing, empty, NaN or stale series is a :class:`MetricsError` with a reason the status
+shows (``PrometheusUnreachable``, ``MetricsMissing``, ``MetricsStale``,
+``PrometheusError``): never a zero. The loop then decides nothing, so no scale-in happens
+on missing data and every scale-out rests on evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from elastore.errors import ElastoreError
+from elastore.operator.spec import Prometheus
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class MetricsError(ElastoreError):
+    """The metrics the loop needs are not there; ``reason`` is a condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The cluster as Prometheus saw it at ``at_s`` (epoch seconds)."""
+
+    at_s: float
+    load_rps: float  # client requests/s, the whole cluster
+    read_ratio: float
+    data_bytes: float  # all data stored, replicas included
+    migration_mibps: float | None  # streaming now (status only; None when not exported)
+    history_rps: FloatArray  # the load per step, oldest first; NaN where Prometheus has none
+    step_s: float
+
+
+def _value(result: Any, name: str, query: str) -> float:
+    if not isinstance(result, list) or not result:
+        raise MetricsError("MetricsMissing", f"{name}: Prometheus returned no series for "
+                                             f"{query!r} (a missing metric is never read as 0)")
+    if len(result) > 1:
+        raise MetricsError("MetricsMissing", f"{name}: {query!r} returned {len(result)} series; "
+                                             "it must aggregate to one (use sum())")
+    try:
+        v = float(result[0]["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise MetricsError("PrometheusError", f"{name}: unreadable sample {result[0]!r}") \
+            from exc
+    if not math.isfinite(v) or v < 0:
+        raise MetricsError("MetricsMissing", f"{name}: {query!r} is {v} (no valid data)")
+    return v
+
+
+class PrometheusSource:
+    """The metrics of one ElasticPolicy. ``timeout_s`` bounds every request."""
+
+    def __init__(self, prom: Prometheus, timeout_s: float = 5.0) -> None:
+        from prometheus_api_client import PrometheusConnect
+        from urllib3.util.retry import Retry
+
+        self.prom = prom
+        self.timeout_s = timeout_s
+        self.client = PrometheusConnect(url=prom.url, disable_ssl=False,
+                                        retry=Retry(total=1, backoff_factor=0.2),
+                                        timeout=int(max(1, timeout_s)))
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        import requests
+        from prometheus_api_client.exceptions import PrometheusApiClientException
+
+        try:
+            return fn(*args, **kwargs)
+        except requests.exceptions.RequestException as exc:
+            raise MetricsError("PrometheusUnreachable", f"Prometheus at {self.prom.url} is "
+                                                        f"unreachable: {type(exc).__name__}") \
+                from exc
+        except PrometheusApiClientException as exc:
+            raise MetricsError("PrometheusError", f"Prometheus at {self.prom.url} refused a "
+                                                  f"query: {str(exc)[:300]}") from exc
+
+    def scalar(self, name: str, at_s: float) -> float:
+        q = self.prom.query(name)
+        return _value(self._call(self.client.custom_query, q, params={"time": at_s}), name, q)
+
+    def snapshot(self, at_s: float, steps: int, step_s: float) -> Snapshot:
+        """Instant values at ``at_s`` and the load over the last ``steps`` steps."""
+        fresh = self.scalar("freshness", at_s)
+        if at_s - fresh > self.prom.stale_after_s:
+            raise MetricsError("MetricsStale", f"the newest sample is {at_s - fresh:.0f} s old "
+                                               f"(staleAfter {self.prom.stale_after_s:.0f} s)")
+        try:
+            self.scalar("freshness", at_s - self.prom.warmup_s)
+        except MetricsError as exc:
+            if exc.reason != "MetricsMissing":
+                raise
+            raise MetricsError("MetricsWarmingUp", f"the load series is younger than the warmup "
+                                                   f"({self.prom.warmup_s:.0f} s): a rate "
+                                                   "over a window reaching back before the "
+                                                   "series began is underestimated, so it is "
+                                                   "not yet a measurement") from exc
+        read = self.scalar("readRps", at_s)
+        write = self.scalar("writeRps", at_s)
+        data = self.scalar("dataBytes", at_s)
+        try:
+            migration: float | None = self.scalar("migrationMiBps", at_s)
+        except MetricsError as exc:
+            if exc.reason == "PrometheusUnreachable":
+                raise
+            migration = None  # only shown in the status
+        load = read + write
+        return Snapshot(at_s=at_s, load_rps=load, read_ratio=read / load if load > 0 else 1.0,
+                        data_bytes=data, migration_mibps=migration,
+                        history_rps=self.history(at_s, steps, step_s), step_s=step_s)
+
+    def history(self, at_s: float, steps: int, step_s: float) -> FloatArray:
+        """The client load averaged over each of the last ``steps`` steps (the last ends at
+        ``at_s``); NaN where Prometheus has no data."""
+        inner = f"({self.prom.query('readRps')}) + ({self.prom.query('writeRps')})"
+        res = max(1, int(step_s // 10))
+        q = f"avg_over_time(({inner})[{int(step_s)}s:{res}s])"
+        start = at_s - (steps - 1) * step_s
+        out = np.full(steps, np.nan)
+        result = self._call(self.client.custom_query_range, q,
+                            start_time=datetime.fromtimestamp(start, UTC),
+                            end_time=datetime.fromtimestamp(at_s, UTC), step=f"{int(step_s)}s")
+        if not result:
+            return out
+        for t, v in result[0].get("values", []):
+            k = round((float(t) - start) / step_s)
+            if 0 <= k < steps:
+                x = float(v)
+                out[k] = x if math.isfinite(x) and x >= 0 else np.nan
+        return mask_warmup(out, step_s, self.prom.warmup_s)
+
+
+def mask_warmup(history: FloatArray, step_s: float, warmup_s: float) -> FloatArray:
+    """When the series begins inside the history (a leading run of NaN), its first
+    ``warmup_s`` of rates are underestimates (the rate window reaches back before the first
+    sample): they become NaN too. A history that is full from its first step is kept."""
+    out = np.array(history, dtype=float)
+    finite = np.flatnonzero(np.isfinite(out))
+    if finite.size == 0 or finite[0] == 0:
+        return out
+    first = int(finite[0])
+    out[first:first + math.ceil(warmup_s / step_s)] = np.nan
+    return out

@@ -1,0 +1,154 @@
+"""A topology change in progress, one node at a time, as a state machine. Pure.
+
+The operation lives in the CR status. Every tick the loop observes :class:`Facts` (the
+StatefulSet's replicas, the pod concerned, its node's ring mode from ``nodetool netstats``)
+and :func:`advance` returns the next state and at most one :data:`Effect` to carry out.
+Effects are idempotent given the facts (setting replicas to a number, deleting a PVC that
+may be gone) or guarded (a decommission is issued only while the node is NORMAL and not
+issued within the last ``REISSUE_AFTER_S``), so an operator killed at any point resumes
+from the status: it never repeats a step the cluster has taken, and never abandons one.
+
+Scale-out: ``Scaling`` (replicas + 1) -> ``Joining`` (until the new node is NORMAL).
+Scale-in: ``Decommissioning`` (decommission the highest ordinal, until DECOMMISSIONED, i.e.
+LEFT the ring) -> ``Scaling`` (replicas - 1, until the pod is gone) -> ``Cleanup`` (the PVC
+per policy; retained by default).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from elastore.errors import ElastoreError
+
+Effect = Literal["none", "scale", "decommission", "delete-pvc"]
+REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
+
+_MODE = re.compile(r"^\s*Mode:\s*([A-Z_]+)", re.MULTILINE)
+
+
+def parse_mode(netstats: str) -> str | None:
+    """The ``Mode:`` line of ``nodetool netstats`` (NORMAL, JOINING, LEAVING,
+    DECOMMISSIONED, ...), or None."""
+    m = _MODE.search(netstats or "")
+    return m.group(1) if m else None
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the loop observed this tick."""
+
+    spec_replicas: int
+    ready_replicas: int
+    pod_exists: bool  # the operation's pod
+    pod_ready: bool
+    node_mode: str | None  # its node's ring mode; None if it could not be read
+    pvc_exists: bool | None = None  # None: not looked at / no volume template
+
+
+@dataclass(frozen=True)
+class OperationState:
+    kind: Literal["ScaleOut", "ScaleIn"]
+    from_replicas: int
+    to_replicas: int
+    pod: str
+    phase: str
+    started_s: float
+    updated_s: float
+    expected_end_s: float
+    message: str = ""
+    decommission_issued_s: float | None = None
+    pvc: str | None = None
+
+    def to_status(self) -> dict[str, Any]:
+        from elastore.operator.control import iso
+
+        return {"kind": self.kind, "fromReplicas": self.from_replicas,
+                "toReplicas": self.to_replicas, "pod": self.pod, "phase": self.phase,
+                "startedAt": iso(self.started_s), "startedEpoch": round(self.started_s, 3),
+                "updatedEpoch": round(self.updated_s, 3),
+                "expectedEndEpoch": round(self.expected_end_s, 3), "message": self.message,
+                "decommissionIssuedEpoch": self.decommission_issued_s, "pvc": self.pvc}
+
+    @classmethod
+    def from_status(cls, d: Any) -> OperationState | None:
+        if not isinstance(d, dict) or not d.get("kind"):
+            return None
+        try:
+            return cls(kind=d["kind"], from_replicas=int(d["fromReplicas"]),
+                       to_replicas=int(d["toReplicas"]), pod=str(d["pod"]),
+                       phase=str(d["phase"]), started_s=float(d["startedEpoch"]),
+                       updated_s=float(d.get("updatedEpoch") or d["startedEpoch"]),
+                       expected_end_s=float(d.get("expectedEndEpoch") or d["startedEpoch"]),
+                       message=str(d.get("message", "")),
+                       decommission_issued_s=(None if d.get("decommissionIssuedEpoch") is None
+                                              else float(d["decommissionIssuedEpoch"])),
+                       pvc=d.get("pvc"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ElastoreError(f"unreadable operation in the status: {exc!r}: {d!r}") from exc
+
+
+def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: float,
+          expected_s: float, pvc_template: str | None = None) -> OperationState:
+    """One node step: scale-out adds ordinal ``current``, scale-in removes ``current - 1``."""
+    if kind == "ScaleOut":
+        ordinal, to, phase = current, current + 1, "Scaling"
+    else:
+        ordinal, to, phase = current - 1, current - 1, "Decommissioning"
+    pod = f"{sts}-{ordinal}"
+    return OperationState(kind, current, to, pod, phase, now_s, now_s, now_s + expected_s,
+                          message="started",
+                          pvc=f"{pvc_template}-{pod}" if pvc_template else None)
+
+
+def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "Retain"
+            ) -> tuple[OperationState, Effect, bool]:
+    """The next state, the effect to carry out now, and whether the operation is done."""
+    def at(phase: str, message: str, **kw: Any) -> OperationState:
+        return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
+
+    if op.kind == "ScaleOut":
+        if op.phase == "Scaling":
+            if facts.spec_replicas < op.to_replicas:
+                return at("Scaling", f"setting replicas to {op.to_replicas}"), "scale", False
+            if facts.pod_exists and facts.pod_ready:
+                return at("Joining", f"{op.pod} is ready; waiting for its node to join"), \
+                    "none", False
+            return at("Scaling", f"waiting for {op.pod} to be ready"), "none", False
+        if op.phase == "Joining":
+            if facts.node_mode == "NORMAL":
+                return at("Done", f"{op.pod} joined the ring"), "none", True
+            return at("Joining", f"{op.pod}'s node is {facts.node_mode or 'not answering'}"), \
+                "none", False
+    else:
+        if op.phase == "Decommissioning":
+            mode = facts.node_mode
+            if mode == "DECOMMISSIONED":
+                return at("Scaling", f"{op.pod} has left the ring; lowering replicas to "
+                                     f"{op.to_replicas}"), "scale", False
+            if mode == "NORMAL":
+                recent = op.decommission_issued_s is not None and \
+                    now_s - op.decommission_issued_s < REISSUE_AFTER_S
+                if recent:
+                    return at("Decommissioning", "decommission issued; waiting for the node "
+                                                 "to start leaving"), "none", False
+                return at("Decommissioning", f"decommissioning {op.pod}",
+                          decommission_issued_s=now_s), "decommission", False
+            if not facts.pod_exists:
+                raise ElastoreError(f"{op.pod} disappeared while it was being decommissioned "
+                                    "(before it left the ring): not lowering replicas blind")
+            return at("Decommissioning", f"{op.pod}'s node is "
+                                         f"{mode or 'not answering'}; waiting"), "none", False
+        if op.phase == "Scaling":
+            if facts.spec_replicas > op.to_replicas:
+                return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
+            if facts.pod_exists:
+                return at("Scaling", f"waiting for {op.pod} to go"), "none", False
+            return at("Cleanup", f"{op.pod} is gone"), "none", False
+        if op.phase == "Cleanup":
+            if pvc_policy == "Delete" and op.pvc and facts.pvc_exists:
+                return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
+            kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
+            return at("Done", f"{op.pod} removed{kept}"), "none", True
+    raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")

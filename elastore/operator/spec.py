@@ -1,0 +1,259 @@
+"""The ``ElasticPolicy`` spec as typed, unit-explicit settings. Pure.
+
+The API server enforces the CRD's schema, defaults and CEL rules
+(``charts/elastore/crds/elasticpolicies.elastore.io.yaml``); :func:`parse` applies the same
+defaults and checks again, so that the control loop never runs on a spec it misreads (an
+object written before a CRD upgrade, or a spec handed to it by a test or the CLI).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from elastore.errors import ElastoreError
+
+GROUP = "elastore.io"
+VERSION = "v1alpha1"
+PLURAL = "elasticpolicies"
+KIND = "ElasticPolicy"
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+#: PromQL for Cassandra's JMX exporter (the metric names the lab and cass-operator's
+#: metrics agent expose). ``{selector}`` is replaced by ``spec.metrics.prometheus.selector``.
+DEFAULT_QUERIES = {
+    "readRps": 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
+               '{{name="Latency",scope="Read"{selector}}}[1m]))',
+    "writeRps": 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
+                '{{name="Latency",scope="Write"{selector}}}[1m]))',
+    "migrationMiBps": 'sum(rate(org_apache_cassandra_metrics_streaming_count'
+                      '{{name="TotalOutgoingBytes"{selector}}}[1m])) / 1048576',
+    "dataBytes": 'sum(org_apache_cassandra_metrics_storage_count{{name="Load"{selector}}})',
+    "freshness": 'max(timestamp(org_apache_cassandra_metrics_clientrequest_count'
+                 '{{name="Latency",scope="Read"{selector}}}))',
+}
+
+
+#: queries without a default: the Hubbub-scale interference index (in [0, 1]) comes from the
+#: platform's metrics, which differ from one cluster to the next
+OPTIONAL_QUERIES = ("interference",)
+
+
+class SpecError(ElastoreError):
+    """An ElasticPolicy spec that cannot be acted on; ``where`` is the field path."""
+
+
+def parse_duration(text: str, where: str) -> float:
+    """``"10m"``, ``"1h30m"``, ``"500ms"`` -> seconds (Kubernetes/Go duration subset)."""
+    if not isinstance(text, str) or not _DURATION.match(text.strip()):
+        raise SpecError(f"not a duration: {text!r} (e.g. 30s, 10m, 1h30m)", where)
+    return sum(float(n) * _UNIT_S[u] for n, u in _PART.findall(text.strip()))
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    replication_factor: int
+    kind: str = "StatefulSet"
+    store: str = "cassandra"
+    container: str = "cassandra"
+    nodetool: tuple[str, ...] = ("nodetool",)
+    keyspaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Prometheus:
+    url: str
+    stale_after_s: float = 120.0
+    #: how old the load series must be before its rate is a measurement: a rate over a
+    #: window that reaches back before the series began is underestimated by Prometheus
+    #: (the default queries use rate(...[1m]))
+    warmup_s: float = 60.0
+    selector: str = ""
+    queries: dict[str, str] = field(default_factory=dict)
+
+    def query(self, name: str) -> str:
+        """The PromQL for ``name``: the spec's own, else the default with the selector."""
+        if name in self.queries:
+            return self.queries[name]
+        if name not in DEFAULT_QUERIES:
+            raise SpecError(f"no query {name!r} in spec.metrics.prometheus.queries",
+                            "spec.metrics.prometheus.queries")
+        sel = f",{self.selector}" if self.selector else ""
+        return DEFAULT_QUERIES[name].format(selector=sel)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    target: Target
+    min_replicas: int
+    max_replicas: int
+    slo_latency_ms: float
+    slo_percentile: int = 95
+    control_period_s: float = 600.0
+    mode: str = "Recommend"
+    prediction_method: str = "prorenata"
+    prediction_horizon_s: float = 600.0
+    prediction_step_s: float = 3600.0
+    headroom: float = 0.1
+    migration_policy: str = "PreferClients"
+    min_migration_mibps: float = 1.0
+    max_migration_mibps: float = 24.0
+    model_configmap: str | None = None
+    model_key: str = "model.json"
+    prometheus: Prometheus | None = None
+    interference: bool = False
+    stabilization_s: float = 300.0
+    pvc_policy: str = "Retain"
+    min_free_fraction: float = 0.2
+
+    @property
+    def enforce(self) -> bool:
+        return self.mode == "Enforce"
+
+
+def _get(d: Any, key: str, default: Any, where: str) -> Any:
+    if d is None:
+        return default
+    if not isinstance(d, dict):
+        raise SpecError("must be an object", where)
+    return d.get(key, default)
+
+
+def _num(v: Any, where: str, lo: float | None = None, hi: float | None = None,
+         lo_open: bool = False, integer: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise SpecError(f"must be a number, got {v!r}", where)
+    if integer and int(v) != v:
+        raise SpecError(f"must be an integer, got {v!r}", where)
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise SpecError(f"must be {'>' if lo_open else '>='} {lo:g}, got {v!r}", where)
+    if hi is not None and v > hi:
+        raise SpecError(f"must be <= {hi:g}, got {v!r}", where)
+    return float(v)
+
+
+def _enum(v: Any, allowed: tuple[str, ...], where: str) -> str:
+    if v not in allowed:
+        raise SpecError(f"must be one of {', '.join(allowed)}, got {v!r}", where)
+    return str(v)
+
+
+def parse(spec: Any) -> PolicySpec:
+    """Defaults applied, every rule of the CRD checked again; :class:`SpecError` names the
+    first field at fault."""
+    if not isinstance(spec, dict):
+        raise SpecError("the spec must be an object", "spec")
+    t = spec.get("target")
+    if not isinstance(t, dict):
+        raise SpecError("is required", "spec.target")
+    name = t.get("name")
+    if not isinstance(name, str) or not name:
+        raise SpecError("is required", "spec.target.name")
+    rf = int(_num(t.get("replicationFactor"), "spec.target.replicationFactor", 1, 7,
+                  integer=True))
+    nodetool = t.get("nodetool", ["nodetool"])
+    if not isinstance(nodetool, list) or not nodetool or not all(
+            isinstance(x, str) and x for x in nodetool):
+        raise SpecError("must be a non-empty list of strings", "spec.target.nodetool")
+    target = Target(
+        name=name, replication_factor=rf,
+        kind=_enum(t.get("kind", "StatefulSet"), ("StatefulSet",), "spec.target.kind"),
+        store=_enum(t.get("store", "cassandra"), ("cassandra", "swift"), "spec.target.store"),
+        container=str(t.get("container", "cassandra")), nodetool=tuple(nodetool),
+        keyspaces=tuple(str(k) for k in t.get("keyspaces", []) or []))
+    r = spec.get("replicas")
+    if not isinstance(r, dict):
+        raise SpecError("is required", "spec.replicas")
+    lo = int(_num(r.get("min"), "spec.replicas.min", 1, 1000, integer=True))
+    hi = int(_num(r.get("max"), "spec.replicas.max", 1, 1000, integer=True))
+    if lo > hi:
+        raise SpecError(f"min ({lo}) must be <= max ({hi})", "spec.replicas")
+    if lo < rf:
+        raise SpecError(f"replicas.min ({lo}) must be >= target.replicationFactor ({rf})",
+                        "spec.replicas.min")
+    slo = spec.get("slo")
+    if not isinstance(slo, dict):
+        raise SpecError("is required", "spec.slo")
+    latency = _num(slo.get("latencyMs"), "spec.slo.latencyMs", 0, 600000, lo_open=True)
+    pct = int(_num(slo.get("percentile", 95), "spec.slo.percentile", integer=True))
+    if pct not in (95, 99):
+        raise SpecError(f"must be 95 or 99, got {pct}", "spec.slo.percentile")
+    period = parse_duration(spec.get("controlPeriod", "10m"), "spec.controlPeriod")
+    if not 10 <= period <= 86400:
+        raise SpecError("must be between 10s and 24h", "spec.controlPeriod")
+    mode = _enum(spec.get("mode", "Recommend"), ("Recommend", "Enforce"), "spec.mode")
+    pred = spec.get("prediction") or {}
+    method = _enum(_get(pred, "method", "prorenata", "spec.prediction"),
+                   ("prorenata", "prorenata-paper", "holt-winters", "seasonal-naive-24",
+                    "persistence"), "spec.prediction.method")
+    horizon = parse_duration(_get(pred, "horizon", "10m", "spec.prediction"),
+                             "spec.prediction.horizon")
+    step = parse_duration(_get(pred, "step", "1h", "spec.prediction"), "spec.prediction.step")
+    if not horizon > 0 or not step >= 1:
+        raise SpecError("horizon must be positive and step at least 1s",
+                        "spec.prediction.horizon/step")
+    if horizon < period:
+        raise SpecError("prediction.horizon must be >= controlPeriod: each period plans at "
+                        "least until the next", "spec.prediction.horizon")
+    headroom = _num(_get(pred, "headroom", 0.1, "spec.prediction"), "spec.prediction.headroom",
+                    0, 0.9)
+    mig = spec.get("migration") or {}
+    policy = _enum(_get(mig, "policy", "PreferClients", "spec.migration"),
+                   ("PreferClients", "PreferMigration"), "spec.migration.policy")
+    mn = _num(_get(mig, "minMiBps", 1.0, "spec.migration"), "spec.migration.minMiBps", 0,
+              lo_open=True)
+    mx = _num(_get(mig, "maxMiBps", 24.0, "spec.migration"), "spec.migration.maxMiBps", 0,
+              lo_open=True)
+    if mn > mx:
+        raise SpecError(f"minMiBps ({mn:g}) must be <= maxMiBps ({mx:g})", "spec.migration")
+    cm = _get(spec.get("capacityModel"), "configMapRef", None, "spec.capacityModel")
+    prom = None
+    metrics = spec.get("metrics")
+    p = _get(metrics, "prometheus", None, "spec.metrics")
+    if p is not None:
+        url = _get(p, "url", None, "spec.metrics.prometheus")
+        if not isinstance(url, str) or not re.match(r"^https?://", url):
+            raise SpecError(f"must be an http(s) URL, got {url!r}", "spec.metrics.prometheus.url")
+        queries = p.get("queries") or {}
+        known = (*DEFAULT_QUERIES, *OPTIONAL_QUERIES)
+        unknown = sorted(set(queries) - set(known))
+        if unknown:
+            raise SpecError(f"unknown quer(ies) {', '.join(unknown)} (known: "
+                            f"{', '.join(known)})", "spec.metrics.prometheus.queries")
+        prom = Prometheus(url=url.rstrip("/"),
+                          stale_after_s=parse_duration(p.get("staleAfter", "2m"),
+                                                       "spec.metrics.prometheus.staleAfter"),
+                          warmup_s=parse_duration(p.get("warmup", "1m"),
+                                                  "spec.metrics.prometheus.warmup"),
+                          selector=str(p.get("selector", "")),
+                          queries={str(k): str(v) for k, v in queries.items()})
+    if mode == "Enforce" and prom is None:
+        raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "
+                        "evidence", "spec.metrics")
+    interference = bool(_get(spec.get("interference"), "enabled", False, "spec.interference"))
+    if interference and (prom is None or "interference" not in prom.queries):
+        raise SpecError("interference.enabled needs spec.metrics.prometheus.queries."
+                        "interference (a PromQL index in [0, 1])", "spec.interference")
+    down = spec.get("scaleDown") or {}
+    return PolicySpec(
+        target=target, min_replicas=lo, max_replicas=hi, slo_latency_ms=latency,
+        slo_percentile=pct, control_period_s=period, mode=mode, prediction_method=method,
+        prediction_horizon_s=horizon, prediction_step_s=step, headroom=headroom,
+        migration_policy=policy, min_migration_mibps=mn, max_migration_mibps=mx,
+        model_configmap=str(cm["name"]) if isinstance(cm, dict) and cm.get("name") else None,
+        model_key=str(cm.get("key", "model.json")) if isinstance(cm, dict) else "model.json",
+        prometheus=prom,
+        interference=interference,
+        stabilization_s=_num(_get(down, "stabilizationSeconds", 300, "spec.scaleDown"),
+                             "spec.scaleDown.stabilizationSeconds", 0, 86400, integer=True),
+        pvc_policy=_enum(_get(down, "pvcPolicy", "Retain", "spec.scaleDown"),
+                         ("Retain", "Delete"), "spec.scaleDown.pvcPolicy"),
+        min_free_fraction=_num(_get(down, "minFreeFraction", 0.2, "spec.scaleDown"),
+                               "spec.scaleDown.minFreeFraction", 0, 0.9),
+    )

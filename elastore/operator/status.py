@@ -1,0 +1,106 @@
+"""Status conditions and the ElasticPolicy objects' API (read, status patches, Events)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from elastore.errors import ElastoreError
+from elastore.operator.control import iso
+from elastore.operator.spec import GROUP, KIND, PLURAL, VERSION
+
+log = logging.getLogger("elastore.operator")
+
+CONDITIONS = ("Ready", "Forecasting", "ScalingUp", "ScalingDown", "Throttling", "Degraded")
+
+
+def set_condition(conditions: list[dict[str, Any]], ctype: str, status: bool, reason: str,
+                  message: str, now_s: float) -> list[dict[str, Any]]:
+    """The conditions with ``ctype`` set; its transition time moves only when its status
+    changes (as Kubernetes conditions do)."""
+    if ctype not in CONDITIONS:
+        raise ValueError(f"unknown condition {ctype}")
+    st = "True" if status else "False"
+    out = [dict(c) for c in conditions if c.get("type") != ctype]
+    prev = next((c for c in conditions if c.get("type") == ctype), None)
+    since = prev["lastTransitionTime"] if prev and prev.get("status") == st and \
+        prev.get("lastTransitionTime") else iso(now_s)
+    out.append({"type": ctype, "status": st, "reason": reason, "message": message[:1000],
+                "lastTransitionTime": since})
+    order = {t: k for k, t in enumerate(CONDITIONS)}
+    return sorted(out, key=lambda c: order.get(c["type"], 99))
+
+
+def condition(conditions: list[dict[str, Any]], ctype: str) -> dict[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == ctype), None)
+
+
+def identity() -> str:
+    """This operator replica: ``$ELASTORE_IDENTITY``, else host/pid (the pod name in a
+    Deployment is the host name)."""
+    import os
+    import socket
+
+    return os.environ.get("ELASTORE_IDENTITY") or f"{socket.gethostname()}/{os.getpid()}"
+
+
+@dataclass
+class PolicyApi:
+    """Reads an ElasticPolicy, patches its status subresource, posts Events about it."""
+
+    api_client: Any = None
+
+    def __post_init__(self) -> None:
+        from kubernetes import client
+
+        self.custom = client.CustomObjectsApi(self.api_client)
+        self.core = client.CoreV1Api(self.api_client)
+
+    def get(self, ns: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            body: Any = self.custom.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL,
+                                                                 name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ElastoreError(f"reading ElasticPolicy {ns}/{name}: {exc.reason}") from exc
+        return body if isinstance(body, dict) else None
+
+    def patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, PLURAL, name, {"status": status})
+        except ApiException as exc:
+            raise ElastoreError(f"writing the status of ElasticPolicy {ns}/{name}: "
+                                f"{exc.reason} {str(exc.body)[:300]}") from exc
+
+    def event(self, body: dict[str, Any], reason: str, message: str,
+              warning: bool = False) -> None:
+        """A Kubernetes Event about the policy (failures are logged, never fatal)."""
+        from datetime import UTC, datetime
+
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        meta = body["metadata"]
+        now = datetime.now(UTC)
+        ev = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.",
+                                         namespace=meta["namespace"]),
+            involved_object=client.V1ObjectReference(
+                api_version=f"{GROUP}/{VERSION}", kind=KIND, name=meta["name"],
+                namespace=meta["namespace"], uid=meta.get("uid")),
+            reason=reason, message=message[:1000], type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component="elastore", host=identity()),
+            first_timestamp=now, last_timestamp=now, count=1,
+            reporting_component="elastore", reporting_instance=identity())
+        try:
+            self.core.create_namespaced_event(meta["namespace"], ev)
+        except ApiException as exc:
+            log.warning("posting event %s on %s/%s: %s", reason, meta["namespace"],
+                        meta["name"], exc.reason)

@@ -1,0 +1,49 @@
+"""The operator's own Prometheus metrics, served on ``/metrics``."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+
+class OperatorMetrics:
+    """Per policy (labels ``namespace``, ``policy``): the forecast, its error, the replicas
+    wanted and serving, how long a decision takes, and the actions taken."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = registry if registry is not None else CollectorRegistry()
+        labels = ["namespace", "policy"]
+        self.forecast = Gauge("elastore_forecast_requests_per_second",
+                              "Client load forecast for the end of the prediction horizon",
+                              labels, registry=self.registry)
+        self.forecast_error = Gauge("elastore_forecast_error_ratio",
+                                    "Observed load / the load forecast for now - 1", labels,
+                                    registry=self.registry)
+        self.desired = Gauge("elastore_desired_replicas", "Replicas the plan wants at the "
+                             "end of the window", labels, registry=self.registry)
+        self.current = Gauge("elastore_current_replicas", "Replicas of the target StatefulSet",
+                             labels, registry=self.registry)
+        self.migration = Gauge("elastore_migration_mebibytes_per_second",
+                               "Stream throttle decided per node, MiB/s", labels,
+                               registry=self.registry)
+        self.degraded = Gauge("elastore_degraded", "1 while the policy is Degraded", labels,
+                              registry=self.registry)
+        self.decision_seconds = Histogram("elastore_decision_seconds",
+                                          "Time to observe, forecast and plan one period",
+                                          labels, registry=self.registry,
+                                          buckets=(.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.actions = Counter("elastore_actions", "Topology actions started", [*labels, "kind"],
+                               registry=self.registry)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr=addr, registry=self.registry)
+
+    def forget(self, namespace: str, policy: str) -> None:
+        for g in (self.forecast, self.forecast_error, self.desired, self.current,
+                  self.migration, self.degraded):
+            with contextlib.suppress(KeyError):
+                g.remove(namespace, policy)
