@@ -1,0 +1,12 @@
+# The operator image: `elastore operator run`. Build: docker build -t ghcr.io/elastore/elastore:0.1.0 .
+# (Not built by this repo's CI: its machines have no container engine. The chart's tests run
+# the same entry point, `elastore operator run`, as a process against a real API server.)
+FROM python:3.11-slim
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY elastore ./elastore
+COPY charts ./charts
+RUN pip install --no-cache-dir '.[operator]' && useradd --uid 65532 --no-create-home elastore
+USER 65532
+ENTRYPOINT ["elastore"]
+CMD ["operator", "run"]
