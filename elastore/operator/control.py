@@ -126,6 +126,27 @@ def next_action(actions: tuple[PlannedAction, ...], t_s: float) -> PlannedAction
     return next((a for a in actions if a.at_s > t_s), None)
 
 
+def commit(previous: tuple[PlannedAction, ...], new: tuple[PlannedAction, ...]
+           ) -> tuple[PlannedAction, ...]:
+    """A planned start is a commitment: re-planning may bring an action earlier, never later.
+
+    The planner starts each action at the last moment before the end of *its* window. With
+    a control period shorter than the horizon, the next period's window ends later, so a
+    fresh plan would put the same action later again, and a scale-out would be pushed back
+    period after period while the load it was planned for arrives. So an action the new plan
+    still wants (same replicas) keeps the earlier of its two start times; one it no longer
+    wants is dropped (the forecast changed)."""
+    before = {a.replicas: a for a in previous}
+    out = []
+    for a in new:
+        old = before.get(a.replicas)
+        if old is not None and old.at_s < a.at_s:
+            a = PlannedAction(old.at_s, a.replicas, a.source,
+                              f"{a.reason} (kept at its first planned start)")
+        out.append(a)
+    return tuple(out)
+
+
 def planner_config(spec: PolicySpec) -> PlannerConfig:
     return PlannerConfig(
         min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
@@ -133,6 +154,7 @@ def planner_config(spec: PolicySpec) -> PlannerConfig:
         window_s=spec.prediction_horizon_s, headroom=spec.headroom,
         one_at_a_time=True, migration_mode="node-by-node",
         scale_down_stabilization_s=spec.stabilization_s,
+        node_overhead_s=spec.node_overhead_s,
         policy=Policy(spec.migration_policy), min_migration_mibps=spec.min_migration_mibps,
         max_migration_mibps=spec.max_migration_mibps)
 
@@ -180,7 +202,9 @@ def decide(spec: PolicySpec, snap: Snapshot, replicas: int, models: ModelSet,
                       interference=interference, predicted_now_rps=predicted_now,
                       operation=operation, recent_desired=memory.recent_desired)
     p = plan(obs, planner_config(spec), models)
-    actions = tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason) for a in p.actions)
+    actions = commit(memory.actions,
+                     tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason)
+                           for a in p.actions))
     err = None
     if predicted_now is not None and predicted_now > 0:
         err = snap.load_rps / predicted_now - 1

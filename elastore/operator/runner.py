@@ -135,7 +135,7 @@ class Runner:
                 self._record(decision)
                 self.telemetry.decision_seconds.labels(self.namespace, self.name).observe(
                     time.monotonic() - t0)
-            if spec.enforce:
+            if spec.enforce and spec.target.store == "cassandra":
                 conds = self._throttle(body, spec, sts, decision, status, out, conds, now)
         conds = set_condition(conds, "Degraded", False, "Healthy", "metrics and target found",
                               now)
@@ -237,6 +237,9 @@ class Runner:
     def _refuse(self, spec: PolicySpec, sts: Any, kind: str, status: dict[str, Any]
                 ) -> str | None:
         """Why a node step may not start (None: it may)."""
+        if spec.target.store != "cassandra":
+            return (f"store {spec.target.store}: this version forecasts and recommends for it "
+                    "but acts only on Cassandra (its ring actuator is not built yet)")
         if kind == "ScaleOut":
             if sts.spec_replicas + 1 > spec.max_replicas:
                 return f"replicas.max is {spec.max_replicas}"

@@ -63,7 +63,6 @@ class Target:
     store: str = "cassandra"
     container: str = "cassandra"
     nodetool: tuple[str, ...] = ("nodetool",)
-    keyspaces: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -104,6 +103,7 @@ class PolicySpec:
     migration_policy: str = "PreferClients"
     min_migration_mibps: float = 1.0
     max_migration_mibps: float = 24.0
+    node_overhead_s: float = 120.0
     model_configmap: str | None = None
     model_key: str = "model.json"
     prometheus: Prometheus | None = None
@@ -165,8 +165,7 @@ def parse(spec: Any) -> PolicySpec:
         name=name, replication_factor=rf,
         kind=_enum(t.get("kind", "StatefulSet"), ("StatefulSet",), "spec.target.kind"),
         store=_enum(t.get("store", "cassandra"), ("cassandra", "swift"), "spec.target.store"),
-        container=str(t.get("container", "cassandra")), nodetool=tuple(nodetool),
-        keyspaces=tuple(str(k) for k in t.get("keyspaces", []) or []))
+        container=str(t.get("container", "cassandra")), nodetool=tuple(nodetool))
     r = spec.get("replicas")
     if not isinstance(r, dict):
         raise SpecError("is required", "spec.replicas")
@@ -212,6 +211,8 @@ def parse(spec: Any) -> PolicySpec:
               lo_open=True)
     if mn > mx:
         raise SpecError(f"minMiBps ({mn:g}) must be <= maxMiBps ({mx:g})", "spec.migration")
+    overhead = _num(_get(mig, "nodeOverheadSeconds", 120, "spec.migration"),
+                    "spec.migration.nodeOverheadSeconds", 0, 86400, integer=True)
     cm = _get(spec.get("capacityModel"), "configMapRef", None, "spec.capacityModel")
     prom = None
     metrics = spec.get("metrics")
@@ -246,6 +247,7 @@ def parse(spec: Any) -> PolicySpec:
         slo_percentile=pct, control_period_s=period, mode=mode, prediction_method=method,
         prediction_horizon_s=horizon, prediction_step_s=step, headroom=headroom,
         migration_policy=policy, min_migration_mibps=mn, max_migration_mibps=mx,
+        node_overhead_s=overhead,
         model_configmap=str(cm["name"]) if isinstance(cm, dict) and cm.get("name") else None,
         model_key=str(cm.get("key", "model.json")) if isinstance(cm, dict) else "model.json",
         prometheus=prom,
