@@ -7,7 +7,7 @@ DEMO_STAMP := $(VENV)/.installed-demo
 TEST_STAMP := $(VENV)/.installed-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck unit lab-deps clean help
+.PHONY: demo test lint typecheck unit lab-deps k8s-deps clean help
 
 help:
 	@echo "make demo   - create .venv, install, run the main job (elastore simulate) on the built-in default trace"
@@ -47,7 +47,15 @@ lab-deps: $(TEST_STAMP)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl; }
 	$(BIN)/python -c 'from elastore.lab.cassandra import ensure_jars; print("cassandra jars:", ensure_jars())'
 
-test: $(TEST_STAMP) lint typecheck lab-deps
+# the k8s suites need kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok
+# (built with the machine's Go from the module proxy, once, cached by version: 10-20 min the
+# first time), helm (same), and kubectl (on the machine image)
+k8s-deps: $(TEST_STAMP)
+	@command -v kubectl >/dev/null || { echo "kubectl is not on PATH: the k8s suites need it" >&2; exit 1; }
+	$(BIN)/python -c 'from elastore.lab.k8s import ensure_binaries, ensure_helm; \
+	  print("kubernetes test binaries:", ensure_binaries(print)); print("helm:", ensure_helm(print))'
+
+test: $(TEST_STAMP) lint typecheck lab-deps k8s-deps
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 clean:

@@ -65,3 +65,18 @@ def test_console_script_runs_as_module() -> None:
     res = subprocess.run([sys.executable, "-m", "elastore", "--version"], capture_output=True,
                          text=True, check=True)
     assert "elastore" in res.stdout
+
+
+def test_operator_run_names_a_missing_kubeconfig_and_crd_prints_the_crd(
+        tmp_path: Path) -> None:
+    import yaml
+
+    missing = tmp_path / "nope.kubeconfig"
+    res = CliRunner().invoke(cli, ["operator", "run", "--kubeconfig", str(missing)])
+    assert res.exit_code == 1
+    assert f"{missing}: no such kubeconfig" in res.output
+    res = CliRunner().invoke(cli, ["operator", "crd"])
+    assert res.exit_code == 0
+    doc = yaml.safe_load(res.output)
+    assert doc["kind"] == "CustomResourceDefinition"
+    assert doc["metadata"]["name"] == "elasticpolicies.elastore.io"

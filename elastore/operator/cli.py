@@ -46,7 +46,13 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
             metrics_addr: str, liveness: str | None, standalone: bool, priority: int | None,
             peering: str) -> None:
     """Run the operator until SIGTERM/SIGINT: a control loop per ElasticPolicy, leader
-    election among replicas, Events for every decision and action, metrics on /metrics."""
+    election among replicas, Events for every decision and action, metrics on /metrics.
+
+    \b
+    Example:
+      elastore operator run --kubeconfig ~/.kube/config --standalone
+      elastore operator run -n storage --metrics-port 9808    # in a pod: its ServiceAccount
+    """
     import kopf
 
     if kubeconfig is not None:
@@ -69,5 +75,10 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
 
 @operator_group.command("crd")
 def crd_cmd() -> None:
-    """Print the ElasticPolicy CRD (kubectl apply -f -)."""
+    """Print the ElasticPolicy CRD (kubectl apply -f -).
+
+    \b
+    Example:
+      elastore operator crd | kubectl apply -f -
+    """
     click.echo(CRD.read_text(), nl=False)

@@ -1,0 +1,323 @@
+"""Support for the operator's tests on a real control plane (kube-apiserver, etcd,
+controller-manager, scheduler, kwok: elastore.lab.k8s) and a real Prometheus.
+
+Everything listens on 127.0.0.1 ports chosen free at start, lives in a directory of the
+test run's own, and is stopped by PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from elastore.lab.k8s import ControlPlane, free_port
+
+REPO = Path(__file__).resolve().parent.parent
+CRDS = REPO / "charts" / "elastore" / "crds"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout_s: float,
+               every_s: float = 0.5) -> Any:
+    end = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < end:
+        last = check()
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what} (last: "
+                         f"{last!r})")
+
+
+def start_control_plane(root: Path, exec_config: str = "") -> ControlPlane:
+    """A control plane with the elastore CRDs and the peering object; a component that
+    cannot start is a test failure, with its log."""
+    cp = ControlPlane(root, exec_config=exec_config)
+    try:
+        cp.start(print)
+        cp.kubectl("apply", "-f", str(CRDS))
+        for crd in ("elasticpolicies.elastore.io", "clusterkopfpeerings.kopf.dev"):
+            cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+        wait_until("the CRDs to serve", lambda: cp.kubectl(
+            "get", "elasticpolicies", "-A", check=False).returncode == 0, 30)
+        cp.kubectl("apply", "-f", "-", stdin="apiVersion: kopf.dev/v1\n"
+                   "kind: ClusterKopfPeering\nmetadata: {name: elastore}\n")
+    except Exception as exc:
+        cp.stop()
+        pytest.fail(f"the Kubernetes control plane did not come up: {exc}")
+    return cp
+
+
+def statefulset(name: str, namespace: str, replicas: int, *, volume: str | None = None,
+                labels: dict[str, str] | None = None) -> str:
+    lab = {"app": name, **(labels or {})}
+    vct = ""
+    if volume:
+        vct = f"""  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: elastore-test
+      resources: {{requests: {{storage: {volume}}}}}
+"""
+    return f"""apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  replicas: {replicas}
+  serviceName: {name}
+  podManagementPolicy: Parallel
+  selector: {{matchLabels: {json.dumps(lab)}}}
+  template:
+    metadata: {{labels: {json.dumps(lab)}}}
+    spec:
+      containers: [{{name: cassandra, image: cassandra:5.0}}]
+{vct}"""
+
+
+def persistent_volumes(n: int, size: str, root: Path) -> str:
+    """Static hostPath PVs for volumeClaimTemplates (no provisioner here)."""
+    docs = []
+    for k in range(n):
+        docs.append(f"""apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: elastore-test-pv-{k}}}
+spec:
+  capacity: {{storage: {size}}}
+  accessModes: [ReadWriteOnce]
+  storageClassName: elastore-test
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {{path: {root / f'pv{k}'}}}
+""")
+    return "---\n".join(docs)
+
+
+class CassandraMetrics:
+    """An HTTP exporter of the metric names Cassandra's JMX exporter publishes (client
+    requests, storage load, streaming), with counters that advance at the rate the test
+    sets. For the tests that exercise the operator without a Cassandra cluster; the
+    operator reads them through a real Prometheus with its real queries."""
+
+    def __init__(self, rps: float = 0.0, read_ratio: float = 0.95,
+                 data_bytes: float = 3 * 2**30) -> None:
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+        # the JMX exporter publishes Cassandra's counters as plain samples named *_count
+        self.rps, self.read_ratio = rps, read_ratio
+        self.reg = CollectorRegistry()
+        self.req = Gauge("org_apache_cassandra_metrics_clientrequest_count",
+                         "client requests", ["name", "scope"], registry=self.reg)
+        self.load = Gauge("org_apache_cassandra_metrics_storage_count", "bytes",
+                          ["name"], registry=self.reg)
+        self.stream = Gauge("org_apache_cassandra_metrics_streaming_count", "bytes", ["name"],
+                            registry=self.reg)
+        self.load.labels("Load").set(data_bytes)
+        self.stream.labels("TotalOutgoingBytes").set(0)
+        self.req.labels("Latency", "Read").set(0)
+        self.req.labels("Latency", "Write").set(0)
+        self.port = free_port()
+        start_http_server(self.port, addr="127.0.0.1", registry=self.reg)
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _run(self) -> None:
+        t = time.monotonic()
+        while not self._stop.wait(0.2):
+            now = time.monotonic()
+            n = self.rps * (now - t)
+            t = now
+            self.req.labels("Latency", "Read").inc(n * self.read_ratio)
+            self.req.labels("Latency", "Write").inc(n * (1 - self.read_ratio))
+
+    def close(self) -> None:
+        self._stop.set()
+
+
+class Prometheus:
+    """Debian's Prometheus on 127.0.0.1, scraping ``targets`` every second."""
+
+    def __init__(self, root: Path, targets: list[str]) -> None:
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.fail("Prometheus is not installed ('make test' installs Debian's)")
+        root.mkdir(parents=True, exist_ok=True)
+        cfg = root / "prometheus.yml"
+        cfg.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                       "scrape_configs:\n  - job_name: cassandra\n    static_configs:\n"
+                       f"      - targets: {json.dumps(targets)}\n")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{self.port}",
+             f"--storage.tsdb.path={root / 'tsdb'}", "--log.level=warn"],
+            stdout=(root / "log").open("ab"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        import urllib.request
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_until("Prometheus to be ready", ready, 30)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+
+
+class OperatorProcess:
+    """``elastore operator run`` as a process of its own (so it can be killed)."""
+
+    def __init__(self, kubeconfig: Path, log: Path, *, lifetime_s: int = 10,
+                 extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+        self.metrics_port = free_port()
+        self.log = log
+        env = dict(os.environ, ELASTORE_PEERING_LIFETIME=str(lifetime_s),
+                   PYTHONUNBUFFERED="1", **(extra_env or {}))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "elastore", "-v", "operator", "run", "--kubeconfig",
+             str(kubeconfig), "--metrics-port", str(self.metrics_port), "--metrics-addr",
+             "127.0.0.1", *args],
+            env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+    @property
+    def pid(self) -> int:
+        return int(self.proc.pid)
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=5) as r:
+            return str(r.read().decode())
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
+
+
+def policy(name: str, namespace: str, target: str, *, nodetool: list[str] | None = None,
+           **spec: Any) -> str:
+    tgt: dict[str, Any] = {"name": target, "replicationFactor": 3}
+    if nodetool is not None:
+        tgt["nodetool"] = nodetool
+    doc = {"apiVersion": "elastore.io/v1alpha1", "kind": "ElasticPolicy",
+           "metadata": {"name": name, "namespace": namespace},
+           "spec": {"target": tgt,
+                    "replicas": {"min": 3, "max": 6}, "slo": {"latencyMs": 100}, **spec}}
+    return json.dumps(doc)
+
+
+def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    res = cp.kubectl("get", kind, name, "-n", namespace, "-o", "json")
+    return dict(json.loads(res.stdout))
+
+
+def events(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    res = cp.kubectl("get", "events", "-n", namespace, "-o", "json",
+                     "--field-selector", f"involvedObject.name={name}")
+    return list(json.loads(res.stdout)["items"])
+
+
+def kwok_exec_config(namespace: str, sts: str, pods: int, lab_dir: Path) -> str:
+    """kwok ``Exec`` resources: ``exec`` into pod ``<sts>-k`` runs the command *locally*
+    with ``ELASTORE_NODE=k+1`` and ``ELASTORE_LAB_DIR`` (see elastore.lab.podexec)."""
+    docs = []
+    for k in range(pods):
+        docs.append({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
+            "metadata": {"name": f"{sts}-{k}", "namespace": namespace},
+            "spec": {"execs": [{"containers": ["cassandra"], "local": {
+                "workDir": str(REPO),
+                "envs": [{"name": "ELASTORE_NODE", "value": str(k + 1)},
+                         {"name": "ELASTORE_LAB_DIR", "value": str(lab_dir)},
+                         {"name": "PYTHONPATH", "value": str(REPO)}]}}]},
+        })
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+class LabPodAgent:
+    """Test-only: pod ``<sts>-k`` is lab node ``k+1``. When kwok runs a pod whose node is
+    not in the lab, the agent starts that node (it bootstraps into the ring); when a pod is
+    gone and its node is still running, the agent stops the node's JVM (by PID: the operator
+    lowers the replicas only after the node has left the ring). Errors are kept for the
+    test to assert on."""
+
+    def __init__(self, cp: ControlPlane, namespace: str, sts: str, lab_dir: Path,
+                 max_pods: int = 4) -> None:
+        self.cp, self.namespace, self.sts, self.lab_dir = cp, namespace, sts, lab_dir
+        self.max_pods = max_pods
+        self.errors: list[str] = []
+        self.log: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pod-agent", daemon=True)
+        self._thread.start()
+
+    def _pods(self) -> dict[str, str]:
+        res = self.cp.kubectl("get", "pods", "-n", self.namespace, "-o", "json", check=False)
+        if res.returncode != 0:
+            raise RuntimeError(res.stderr.strip()[-300:])
+        return {p["metadata"]["name"]: (p.get("status") or {}).get("phase", "")
+                for p in json.loads(res.stdout)["items"]
+                if not p["metadata"].get("deletionTimestamp")}
+
+    def _run(self) -> None:
+        from elastore.lab import lab
+
+        while not self._stop.wait(1.0):
+            try:
+                pods = self._pods()
+                state = lab.LabState.load(self.lab_dir)
+                if state is None:
+                    raise RuntimeError(f"no lab in {self.lab_dir}")
+                nodes = {n.n for n in state.nodes}
+                for k in range(self.max_pods):
+                    pod, n = f"{self.sts}-{k}", k + 1
+                    if pods.get(pod) == "Running" and n not in nodes:
+                        self.log.append(f"{time.time():.0f} {pod} runs: starting node {n}")
+                        lab.add_node(self.lab_dir, n)
+                        self.log.append(f"{time.time():.0f} node {n} joined")
+                    elif pod not in pods and n in nodes:
+                        self.log.append(f"{time.time():.0f} {pod} gone: stopping node {n}")
+                        lab.remove_node(n, self.lab_dir)
+            except Exception as exc:  # kept for the test: an agent failure fails it
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                time.sleep(5)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=600)

@@ -1,0 +1,306 @@
+"""End to end: the operator in Enforce mode scales a StatefulSet whose pods are real
+Cassandra nodes, 3 -> 4 -> 3, on a load replayed from the Wikipedia trace.
+
+* The control plane is the real one (elastore.lab.k8s); its pods are kwok's. A test-only
+  agent (k8s_support.LabPodAgent) starts lab node k+1 when pod ``cass-k`` runs and stops it
+  when the pod is gone. kwok's ``Exec`` maps ``exec`` into pod ``cass-k`` to the lab's
+  nodetool against node k+1 (elastore.lab.podexec), so the operator's scale-in really
+  decommissions a real node through ``pods/exec``.
+* The operator reads the lab's real Prometheus through a loopback forwarder into the lab's
+  namespace; it never connects to a pod IP.
+* The capacity model is the lab profile measured on this machine (in a ConfigMap). The
+  policy's SLO is derived from it and the workload: the p95 at which three servers, less
+  the headroom, carry 80 % of the workload's peak. So the trace's daily rise needs a fourth
+  server and its fall does not, whatever the machine measured.
+
+The three tests are the stages of one run and share it (module scope), in order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_support import (
+    CRDS,
+    LabPodAgent,
+    OperatorProcess,
+    events,
+    get,
+    kwok_exec_config,
+    persistent_volumes,
+    policy,
+    start_control_plane,
+    statefulset,
+    wait_until,
+)
+
+from elastore.lab import lab, netns
+from elastore.lab.forward import Forwarder
+from elastore.lab.k8s import ControlPlane
+
+pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
+LAB_NS = f"elastore-test-op-{os.getpid()}"
+NS, STS, POLICY = "store", "cass", "cass-elastic"
+ROWS, VALUE_BYTES = 2000, 10 * 1024  # the known data set: ~20 MiB, RF 3
+HOUR_S = 20.0  # replay seconds per trace hour
+STEP = "20s"  # the predictor's step: one trace hour
+HEADROOM = 0.1
+STABILIZATION_S = 40
+MODEL = Path(__file__).resolve().parent.parent / "elastore" / "models" / "data" / \
+    "lab-profile.json"
+
+assert CRDS.is_dir()
+
+
+@dataclass
+class Run:
+    cp: ControlPlane
+    lab_dir: Path
+    root: Path
+    fwd: Forwarder
+    agent: LabPodAgent
+    load: subprocess.Popen[bytes]
+    written: dict[str, Any]
+    slo_ms: float
+    peak_rps: float
+    operators: list[OperatorProcess] = field(default_factory=list)
+    samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def status(self) -> dict[str, Any]:
+        return dict(get(self.cp, "elasticpolicy", POLICY, NS).get("status") or {})
+
+    def replicas(self) -> int:
+        return int(get(self.cp, "statefulset", STS, NS)["spec"]["replicas"])
+
+    def podexec_calls(self, what: str) -> list[str]:
+        f = self.lab_dir / "podexec.log"
+        lines = f.read_text().splitlines() if f.exists() else []
+        return [x for x in lines if x.split()[2:3] == [what]]
+
+    def start_operator(self, identity: str) -> OperatorProcess:
+        op = OperatorProcess(self.cp.kubeconfig, self.root / f"{identity}.log",
+                             extra_env={"ELASTORE_IDENTITY": identity}, lifetime_s=10)
+        self.operators.append(op)
+        return op
+
+    def diagnostics(self) -> str:
+        st = self.status()
+        keep = {k: st.get(k) for k in ("conditions", "operation", "nextAction", "forecast",
+                                       "observed", "desiredReplicas", "lastDecision")}
+        return (f"status: {json.dumps(keep, indent=1)[:4000]}\nagent: {self.agent.log[-10:]} "
+                f"errors {self.agent.errors}\noperator log: "
+                f"{self.operators[-1].tail(3000) if self.operators else ''}")
+
+
+def slo_for(peak_rps: float, servers: int = 3, share: float = 0.8) -> float:
+    """The p95 (ms) at which ``servers`` servers, less the headroom, carry ``share`` of the
+    peak, by the measured lab profile (read ratio 0.95, no migration)."""
+    from elastore.models.bundle import ModelSet
+
+    ms = ModelSet.load(MODEL)
+    want = share * peak_rps / servers / (1 - HEADROOM)
+    lo, hi = 1.0, 1000.0
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        cap = float(ms.for_slo(mid, 95).capacity.capacity(0.95))
+        lo, hi = (mid, hi) if cap < want else (lo, mid)
+    return round(hi, 2)
+
+
+def trace_workload(shared: Path, out: Path, peak: float = 120.0) -> tuple[Path, float]:
+    """A day and a bit of the English Wikipedia (2016-01-05 04:00 to 2016-01-06 06:00 UTC):
+    the night's trough, the day's rise and plateau, the next night's fall; 1 h = 20 s."""
+    res = subprocess.run([sys.executable, "-m", "elastore", "trace", "build",
+                          str(shared / "traces" / "wikipedia" / "en-2016-01-pages-hourly.csv.gz"),
+                          "--start", "2016-01-05 04:00", "--end", "2016-01-06 06:00",
+                          "--hour-seconds", str(HOUR_S), "--windows-per-hour", "4",
+                          "--peak-rps", str(peak), "-o", str(out)],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out, peak
+
+
+def _sampler(run: Run) -> None:
+    while not run.stop.wait(1.0):
+        # the API server busy for a moment: the next sample counts
+        with contextlib.suppress(Exception):
+            run.samples.append((time.time(), run.status()))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[Run]:
+    root = tmp_path_factory.mktemp("e2e")
+    lab_dir = root / "lab"
+    try:
+        lab.up(3, "256M", d=lab_dir, namespace=LAB_NS)
+    except Exception as exc:
+        lab.down(lab_dir)
+        pytest.fail(f"the Cassandra lab did not come up: {exc}")
+    cp: ControlPlane | None = None
+    fwd: Forwarder | None = None
+    agent: LabPodAgent | None = None
+    load: subprocess.Popen[bytes] | None = None
+    r: Run | None = None
+    try:
+        state = lab.LabState.load(lab_dir)
+        assert state is not None
+        written = lab.cql(state, "write", "ks", str(ROWS), str(VALUE_BYTES), "11", "3")
+        wl, peak = trace_workload(shared_dir, root / "wl.json")
+        slo = slo_for(peak)
+        print(f"workload peak {peak:.0f} req/s; SLO p95 <= {slo} ms by the lab profile")
+
+        cp = start_control_plane(root / "k8s", exec_config=kwok_exec_config(
+            NS, STS, 4, lab_dir))
+        cp.kubectl("create", "namespace", NS)
+        cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(4, "1Gi", root / "pv"))
+        cp.kubectl("create", "configmap", "cass-model", "-n", NS,
+                   f"--from-file=model.json={MODEL}")
+        cp.kubectl("apply", "-f", "-", stdin=statefulset(STS, NS, 3, volume="1Gi"))
+        wait_until("3 pods", lambda: get(cp, "statefulset", STS, NS).get("status", {})
+                   .get("readyReplicas") == 3, 60)
+        agent = LabPodAgent(cp, NS, STS, lab_dir)
+        fwd = Forwarder(state.netns, lab.PROMETHEUS_ADDR)
+        load = subprocess.Popen([sys.executable, "-m", "elastore", "load", "run", str(wl),
+                                 "--out", str(root / "load.csv")],
+                                env=dict(os.environ, ELASTORE_LAB_DIR=str(lab_dir)),
+                                stdout=(root / "load.log").open("ab"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        r = Run(cp, lab_dir, root, fwd, agent, load, written, slo, peak)
+        threading.Thread(target=_sampler, args=(r,), daemon=True).start()
+        r.start_operator("op-1")
+        cp.kubectl("apply", "-f", "-", stdin=policy(
+            POLICY, NS, STS, mode="Enforce", controlPeriod="10s",
+            replicas={"min": 3, "max": 4}, slo={"latencyMs": slo},
+            prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
+            # a lab node joins or leaves in ~30-40 s besides streaming (LAB-NOTES)
+            migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 40},
+            scaleDown={"stabilizationSeconds": STABILIZATION_S},
+            capacityModel={"configMapRef": {"name": "cass-model"}},
+            nodetool=[sys.executable, "-m", "elastore.lab.podexec"],
+            metrics={"prometheus": {"url": fwd.url}}))
+        yield r
+    finally:
+        if r is not None:
+            r.stop.set()
+            for op in r.operators:
+                op.stop()
+        if load is not None and load.poll() is None:
+            os.killpg(load.pid, signal.SIGTERM)
+            load.wait(timeout=60)
+        if agent is not None:
+            agent.close()
+        if fwd is not None:
+            fwd.close()
+        if cp is not None:
+            cp.stop()
+        lab.down(lab_dir)
+        assert not netns.exists(LAB_NS)
+
+
+def _started(run: Run, kind: str) -> tuple[float, dict[str, Any], dict[str, Any]]:
+    """When the operation of ``kind`` first shows in the status, that status, and the last
+    status sampled before it (the plan it followed)."""
+    for (_, before), (_, st) in zip(run.samples, run.samples[1:], strict=False):
+        op = st.get("operation") or {}
+        if op.get("kind") == kind and (before.get("operation") or {}).get("kind") != kind:
+            return float(op["startedEpoch"]), st, before
+    raise AssertionError(f"no {kind} operation was sampled")
+
+
+def test_enforce_scales_out_on_rising_load_at_the_planned_time(run: Run) -> None:
+    wait_until("the scale-out to 4 replicas to finish", lambda: run.replicas() == 4 and
+               not run.status().get("operation") and
+               "UN  127.0.0.4" in lab.status(run.lab_dir)["ring"], 600, every_s=2)
+    started, st, before = _started(run, "ScaleOut")
+    # it followed the plan: the step began when the planned action for 4 replicas fell due
+    # (never before it; within one wake-up after it)
+    actions = (st.get("memory") or {}).get("actions") or []
+    planned = [a for a in actions if a["replicas"] == 4]
+    assert planned, f"no planned action for 4 replicas at the start: {st}"
+    due = float(planned[0]["atEpoch"])
+    assert due - 1.0 <= started <= due + 15.0, (due, started)
+    first_seen = min(t for t, s in run.samples
+                     if any(a.get("replicas") == 4 and abs(float(a["atEpoch"]) - due) < 1
+                            for a in ((s.get("memory") or {}).get("actions") or [])))
+    done = next((t for t, s in run.samples if t > started and not s.get("operation")), None)
+    print(f"scale-out took {done - started if done else float('nan'):.0f} s (pod, boot, join); "
+          f"planned {max(0.0, due - first_seen):.0f} s ahead, started "
+          f"{started - due:+.1f} s from its planned time; load then "
+          f"{(st.get('observed') or {}).get('requestsPerSecond')} req/s, forecast "
+          f"{(st.get('forecast') or {}).get('requestsPerSecond')} req/s "
+          f"({(st.get('forecast') or {}).get('method')})")
+    # on rising load, and on evidence
+    obs = [float((s.get("observed") or {}).get("requestsPerSecond") or 0)
+           for t, s in run.samples if t <= started and s.get("observed")]
+    assert obs and obs[-1] > min(obs) * 1.2, obs
+    assert before["lastDecision"]["ok"] is True
+    # through the scale subresource, and the migration rate set on every node
+    reasons = [e["reason"] for e in events(run.cp, NS, POLICY)]
+    assert "ScaleOutStarted" in reasons and "Throttle" in reasons, reasons
+    assert len(run.podexec_calls("setstreamthroughput")) >= 3
+    assert not run.agent.errors, run.agent.errors
+
+
+def test_a_killed_operator_resumes_the_scale_in(run: Run) -> None:
+    """The load falls; after the stabilization the operator decommissions cass-3. It is
+    killed (SIGKILL) while the node is leaving; a new operator finds the operation in the
+    status and finishes it without issuing the decommission again."""
+    wait_until("the scale-in to start decommissioning", lambda: (
+        run.status().get("operation") or {}).get("phase") == "Decommissioning" and
+        run.podexec_calls("decommission"), 900, every_s=0.5)
+    first = run.operators[-1]
+    assert first.stop(signal.SIGKILL) is not None
+    killed_at = time.time()
+    st = run.status()
+    assert (st.get("operation") or {}).get("kind") == "ScaleIn", run.diagnostics()
+    time.sleep(3)
+    run.start_operator("op-2")
+    wait_until("the resumed scale-in to finish", lambda: run.replicas() == 3 and
+               not run.status().get("operation"), 600, every_s=2)
+    # one decommission, by the first operator; the second only watched and finished
+    assert len(run.podexec_calls("decommission")) == 1, run.podexec_calls("decommission")
+    after = [e for e in events(run.cp, NS, POLICY)
+             if e.get("reportingInstance") == "op-2" and e["reason"].startswith("ScaleIn")]
+    assert after, run.diagnostics()
+    assert not any(e["reason"] == "ScaleInStarted" for e in after)
+    # it waited for the stabilization: no recommendation of 4 within the window before
+    started, _, _ = _started(run, "ScaleIn")
+    fours = [float(t) for _, s in run.samples
+             for t, n in ((s.get("memory") or {}).get("desired") or [])
+             if n == 4 and float(t) < started]
+    assert fours and started - max(fours) >= STABILIZATION_S - 1, (started, max(fours))
+    done = next((t for t, s in run.samples if t > started and not s.get("operation")), None)
+    print(f"scale-in: operator killed {killed_at - started:.0f} s into it, resumed by op-2; "
+          f"done {done - started if done else float('nan'):.0f} s after it started, "
+          f"{started - max(fours):.0f} s after the last recommendation of 4")
+
+
+def test_no_row_was_lost_and_the_pvc_was_retained(run: Run) -> None:
+    def nodes() -> set[int]:
+        state = lab.LabState.load(run.lab_dir)
+        return {n.n for n in state.nodes} if state is not None else set()
+
+    wait_until("node 4 to be gone from the lab", lambda: 4 not in nodes(), 120)
+    ring = lab.status(run.lab_dir)["ring"]
+    assert "127.0.0.4" not in ring and ring.count("UN  ") == 3, ring
+    state = lab.LabState.load(run.lab_dir)
+    assert state is not None
+    assert lab.cql(state, "verify", "ks") == run.written
+    pvc = get(run.cp, "pvc", "data-cass-3", NS)
+    assert pvc["status"]["phase"] == "Bound"  # retained by default
+    assert not run.agent.errors, run.agent.errors
+    run.load.wait(timeout=900)
+    assert run.load.returncode == 0, (run.root / "load.log").read_text()[-2000:]
