@@ -6,7 +6,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY elastore ./elastore
 COPY charts ./charts
-RUN pip install --no-cache-dir '.[operator]' && useradd --uid 65532 --no-create-home elastore
+# editable: 'elastore operator crd' reads charts/ beside the package
+RUN pip install --no-cache-dir -e '.[operator]' && useradd --uid 65532 --no-create-home elastore
 USER 65532
 ENTRYPOINT ["elastore"]
 CMD ["operator", "run"]
