@@ -12,7 +12,7 @@ import os
 
 from elastore.actuators.tc import HtbShaper
 from elastore.lab import netns
-from elastore.lab.flow import mean_rate
+from elastore.lab.flow import concurrent_rates, mean_rate
 from elastore.lab.flow import measure as flow
 
 
@@ -41,22 +41,6 @@ def main() -> None:
         netns.delete(ns)
 
 
-def _together(ns: str, flows: list[tuple[str, int, str]], seconds: float) -> list[float]:
-    import threading
-
-    out = [0.0] * len(flows)
-
-    def one(k: int, host: str, port: int, source: str) -> None:
-        out[k] = mean_rate(flow(ns, host, port, seconds, source=source), 1.0, seconds)
-
-    ts = [threading.Thread(target=one, args=(k, *f)) for k, f in enumerate(flows)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return out
-
-
 def nic(ns: str) -> None:
     """A server's 40 Mbit/s link (what node 2 sends): BwMan's split under two saturating
     flows, a live swap, and the unmanaged FIFO."""
@@ -67,7 +51,7 @@ def nic(ns: str) -> None:
     try:
         for c, s in ((30, 10), (10, 30)):
             sh.set_rates("127.0.0.2", client_mbit=c, storage_mbit=s)
-            got_c, got_s = _together(ns, [client, storage], 4.0)
+            got_c, got_s = concurrent_rates(ns, [client, storage], 4.0)
             print(f"NIC 40 Mbit/s split {c}/{s}: clients {got_c:.2f} ({100 * (got_c / c - 1):+.1f} "
                   f"%), storage {got_s:.2f} ({100 * (got_s / s - 1):+.1f} %)")
     finally:
@@ -76,7 +60,7 @@ def nic(ns: str) -> None:
                      queue_bytes=256_000)
     fifo.install(["127.0.0.2"], client_mbit=1, storage_mbit=1)
     try:
-        got_c, got_s = _together(ns, [client, storage], 4.0)
+        got_c, got_s = concurrent_rates(ns, [client, storage], 4.0)
         print(f"NIC 40 Mbit/s, one FIFO: clients {got_c:.2f}, storage {got_s:.2f}, together "
               f"{got_c + got_s:.2f} ({100 * ((got_c + got_s) / 40 - 1):+.1f} %)")
     finally:

@@ -56,6 +56,13 @@ def prom(tmp_path_factory: pytest.TempPathFactory, metrics: CassandraMetrics
     p.close()
 
 
+def fast_policy(ns: str, url: str, **spec: Any) -> str:
+    """Policy "orders" on StatefulSet "cass": a 10 s period and horizon, 2 s steps."""
+    return policy("orders", ns, "cass", controlPeriod="10s",
+                  prediction={"horizon": "10s", "step": "2s"},
+                  metrics={"prometheus": {"url": url}}, **spec)
+
+
 def namespace(cp: ControlPlane, name: str, replicas: int = 3) -> str:
     cp.kubectl("create", "namespace", name)
     cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas))
@@ -143,10 +150,7 @@ def test_recommend_mode_publishes_its_plan_and_changes_nothing_else(
     sts_before = get(cp, "statefulset", "cass", ns)
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
     try:
-        cp.kubectl("apply", "-f", "-", stdin=policy(
-            "orders", ns, "cass", controlPeriod="10s",
-            prediction={"horizon": "10s", "step": "2s"},
-            metrics={"prometheus": {"url": prom.url}}))
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url))
         st = wait_until("a decision", lambda: status_when(
             cp, "orders", ns, lambda s: bool(s.get("forecast"))), 150)
         assert st["forecast"]["requestsPerSecond"] == pytest.approx(800, rel=0.1)
@@ -199,10 +203,7 @@ def test_missing_metrics_give_degraded_and_no_action(cp: ControlPlane, case: str
         url, reason = empty.url, "MetricsMissing"
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
     try:
-        cp.kubectl("apply", "-f", "-", stdin=policy(
-            "orders", ns, "cass", mode="Enforce", controlPeriod="10s",
-            prediction={"horizon": "10s", "step": "2s"},
-            metrics={"prometheus": {"url": url}}))
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, url, mode="Enforce"))
         st = wait_until("Degraded", lambda: status_when(
             cp, "orders", ns, lambda s: cond(s, "Degraded").get("status") == "True"), 90)
         assert cond(st, "Degraded")["reason"] == reason, st
@@ -233,10 +234,7 @@ def test_two_replicas_exactly_one_acts_and_the_other_takes_over(
     b = OperatorProcess(cp.kubeconfig, tmp_path / "b.log",
                         extra_env={"ELASTORE_IDENTITY": "replica-b"}, lifetime_s=10)
     try:
-        cp.kubectl("apply", "-f", "-", stdin=policy(
-            "orders", ns, "cass", controlPeriod="10s",
-            prediction={"horizon": "10s", "step": "2s"},
-            metrics={"prometheus": {"url": prom.url}}))
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url))
 
         def deciders() -> list[str]:
             return [e.get("reportingInstance", "") for e in events(cp, ns, "orders")
@@ -300,10 +298,7 @@ def test_the_chart_installs_and_its_rbac_is_enough(cp: ControlPlane, prom: Prome
     ns = namespace(cp, "chart")
     op = OperatorProcess(kc, tmp_path / "op.log", args=("--peering", "elastore-chart"))
     try:
-        cp.kubectl("apply", "-f", "-", stdin=policy(
-            "orders", ns, "cass", controlPeriod="10s",
-            prediction={"horizon": "10s", "step": "2s"},
-            metrics={"prometheus": {"url": prom.url}}))
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url))
         st = wait_until("a decision by the chart's ServiceAccount", lambda: status_when(
             cp, "orders", ns, lambda s: bool(s.get("forecast"))), 120)
         assert cond(st, "Ready")["status"] == "True", op.tail()

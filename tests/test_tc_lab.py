@@ -14,7 +14,7 @@ import pytest
 from elastore.actuators.tc import HtbShaper
 from elastore.errors import ElastoreError
 from elastore.lab import netns
-from elastore.lab.flow import mean_rate, measure
+from elastore.lab.flow import concurrent_rates, mean_rate, measure
 
 pytestmark = pytest.mark.lab
 NS = f"elastore-test-tc-{os.getpid()}"
@@ -70,24 +70,6 @@ def test_guaranteed_classes_borrow_up_to_the_ceiling(ns: str) -> None:
         shaper.remove()
 
 
-def _concurrently(ns: str, flows: list[tuple[str, int, str]], seconds: float
-                  ) -> list[float]:
-    """Mean Mbit/s of several flows run at once: (receiver host, port, source)."""
-    import threading
-
-    out: list[float] = [0.0] * len(flows)
-
-    def one(k: int, host: str, port: int, source: str) -> None:
-        out[k] = mean_rate(measure(ns, host, port, seconds, source=source), 1.0, seconds)
-
-    threads = [threading.Thread(target=one, args=(k, *f)) for k, f in enumerate(flows)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return out
-
-
 # node 2 answering a client from its port 9042, and node 2's outgoing internode stream
 CLIENT_FLOW = (OTHER, 5001, f"{NODE}:9042")
 STORAGE_FLOW = (OTHER, 7000, NODE)
@@ -100,15 +82,15 @@ def test_nic_guarantees_each_class_its_share_and_changes_live(ns: str) -> None:
     shaper = HtbShaper(ns, total_mbit=500, nic_mbit=40, match="egress", queue_bytes=256_000)
     shaper.install([NODE, OTHER], client_mbit=30, storage_mbit=10)
     try:
-        client, storage = _concurrently(ns, [CLIENT_FLOW, STORAGE_FLOW], 4.0)
+        client, storage = concurrent_rates(ns, [CLIENT_FLOW, STORAGE_FLOW], 4.0)
         assert client == pytest.approx(30, rel=0.10)
         assert storage == pytest.approx(10, rel=0.10)
         shaper.set_rates(NODE, client_mbit=10, storage_mbit=30)
-        client, storage = _concurrently(ns, [CLIENT_FLOW, STORAGE_FLOW], 4.0)
+        client, storage = concurrent_rates(ns, [CLIENT_FLOW, STORAGE_FLOW], 4.0)
         assert client == pytest.approx(10, rel=0.10)
         assert storage == pytest.approx(30, rel=0.10)
         # alone, a class borrows the whole NIC, and no more
-        (alone,) = _concurrently(ns, [STORAGE_FLOW], 3.0)
+        (alone,) = concurrent_rates(ns, [STORAGE_FLOW], 3.0)
         assert alone == pytest.approx(40, rel=0.10)
         # traffic *to* node 2's port 9042 is what its clients send, not node 2's egress
         to_node = mean_rate(measure(ns, NODE, 9042, 2.0), 0.5, 2.0)
@@ -125,7 +107,7 @@ def test_unmanaged_nic_is_one_fifo(ns: str) -> None:
                        queue_bytes=256_000)
     shaper.install([NODE], client_mbit=1, storage_mbit=1)
     try:
-        client, storage = _concurrently(ns, [CLIENT_FLOW, STORAGE_FLOW], 4.0)
+        client, storage = concurrent_rates(ns, [CLIENT_FLOW, STORAGE_FLOW], 4.0)
         assert client + storage == pytest.approx(40, rel=0.10)
         assert shaper.nodes[NODE].client == shaper.nodes[NODE].storage  # one leaf
         with pytest.raises(ElastoreError, match="one FIFO per node"):

@@ -9,7 +9,7 @@ import click
 
 from elastore.cli import ElastoreGroup, log
 from elastore.errors import ElastoreError
-from elastore.lab import lab
+from elastore.lab import lab, netns
 
 
 @click.group("lab", cls=ElastoreGroup)
@@ -223,11 +223,7 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
       elastore models fit --samples experiments/profiles/lab-samples.csv --slo-ms 50 \\
           -o experiments/profiles/lab-model.json
     """
-    import os
-    import subprocess
-    import sys
 
-    from elastore.lab.loadcli import INSIDE
     from elastore.lab.profile import plan, run_profile
 
     state = lab.LabState.load(lab.lab_dir())
@@ -235,13 +231,7 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
     points = plan(_floats("--loads", loads), _floats("--read-ratios", read_ratios),
                   _floats("--migrations", migrations), _floats("--interference", interference))
-    if os.environ.get(INSIDE) != state.netns:  # the driver reaches the nodes from inside
-        from elastore.lab import netns
-
-        env = dict(os.environ, **{INSIDE: state.netns})
-        argv = [sys.executable, "-m", "elastore", *sys.argv[1:]]
-        res = subprocess.run(netns.command(state.netns, argv), env=env, check=False)
-        raise SystemExit(res.returncode)
+    netns.run_inside(state.netns)  # the driver reaches the nodes from inside
     path = run_profile(points, out, point_s=point_seconds, window_s=window_seconds,
                        bulk_rows=bulk_rows, resume=resume, echo=lambda m: click.echo(m, err=True),
                        routing=routing)
@@ -285,12 +275,8 @@ def profile_bandwidth_cmd(out: Path, client_mbit: str, load_fractions: str,
       elastore models fit --samples experiments/profiles/lab-samples.csv \\
           --bandwidth experiments/profiles/lab-bandwidth.csv --slo-ms 100 -o model.json
     """
-    import os
-    import subprocess
-    import sys
 
     from elastore.lab.bwprofile import plan_bandwidth, run_bandwidth_profile
-    from elastore.lab.loadcli import INSIDE
 
     state = lab.LabState.load(lab.lab_dir())
     if state is None or not state.nodes:
@@ -298,13 +284,7 @@ def profile_bandwidth_cmd(out: Path, client_mbit: str, load_fractions: str,
     points = plan_bandwidth(_floats("--client-mbit", client_mbit),
                             _floats("--load-fractions", load_fractions),
                             _floats("--migration-mbit", migration_mbit), len(state.nodes))
-    if os.environ.get(INSIDE) != state.netns:  # the driver reaches the nodes from inside
-        from elastore.lab import netns
-
-        env = dict(os.environ, **{INSIDE: state.netns})
-        argv = [sys.executable, "-m", "elastore", *sys.argv[1:]]
-        res = subprocess.run(netns.command(state.netns, argv), env=env, check=False)
-        raise SystemExit(res.returncode)
+    netns.run_inside(state.netns)  # the driver reaches the nodes from inside
     path = run_bandwidth_profile(points, out, point_s=point_seconds, slo_ms=slo_ms,
                                  percentile=int(percentile), read_ratio=read_ratio,
                                  migration_rows=migration_rows, resume=resume,

@@ -118,6 +118,25 @@ def mean_rate(samples: list[tuple[float, float]], lo: float, hi: float) -> float
     return sum(sel) / len(sel)
 
 
+def concurrent_rates(ns: str, flows: list[tuple[str, int, str]], seconds: float
+                     ) -> list[float]:
+    """Mean Mbit/s of several flows run at once, each (receiver host, port, source),
+    measured from 1 s in (past the TCP ramp-up) to the end."""
+    import threading
+
+    out = [0.0] * len(flows)
+
+    def one(k: int, host: str, port: int, source: str) -> None:
+        out[k] = mean_rate(measure(ns, host, port, seconds, source=source), 1.0, seconds)
+
+    threads = [threading.Thread(target=one, args=(k, *f)) for k, f in enumerate(flows)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
 def main() -> None:
     mode, host, port, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
     if mode == "send":

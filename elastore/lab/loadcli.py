@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import click
 
 from elastore.cli import ElastoreGroup
 from elastore.errors import ElastoreError
-
-INSIDE = "ELASTORE_IN_NETNS"
 
 
 @click.group("load", cls=ElastoreGroup)
@@ -62,20 +57,14 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
     Example:
       sudo elastore load run wl.json.gz --windows 0:60 --rate-scale 0.5 --out load.csv
     """
-    from elastore.lab import lab
+    from elastore.lab import lab, netns
     from elastore.traces.workload import Workload
 
     state = lab.LabState.load(lab.lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
     wl = Workload.load(workload)
-    if os.environ.get(INSIDE) != state.netns:  # re-enter the lab's namespace
-        from elastore.lab import netns
-
-        env = dict(os.environ, **{INSIDE: state.netns})
-        argv = [sys.executable, "-m", "elastore", *sys.argv[1:]]
-        res = subprocess.run(netns.command(state.netns, argv), env=env, check=False)
-        raise SystemExit(res.returncode)
+    netns.run_inside(state.netns)  # re-enter the lab's namespace
     from elastore.lab.loadgen import run
 
     rows = run(wl, [n.spec.ip for n in state.nodes], out, concurrency=concurrency,

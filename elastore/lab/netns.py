@@ -56,3 +56,21 @@ def delete(name: str) -> None:
 def command(name: str, argv: Sequence[str]) -> list[str]:
     """``argv`` run inside the namespace."""
     return ["ip", "netns", "exec", name, *argv]
+
+
+#: set in the environment of a command re-run inside a lab namespace (its name)
+INSIDE = "ELASTORE_IN_NETNS"
+
+
+def run_inside(ns: str) -> None:
+    """Re-run this command line inside ``ns`` and exit with its status; return at once if
+    this process already runs there (the re-run sets :data:`INSIDE`)."""
+    import os
+    import subprocess
+    import sys
+
+    if os.environ.get(INSIDE) == ns:
+        return
+    env = dict(os.environ, **{INSIDE: ns})
+    argv = [sys.executable, "-m", "elastore", *sys.argv[1:]]
+    raise SystemExit(subprocess.run(command(ns, argv), env=env, check=False).returncode)

@@ -119,9 +119,8 @@ class Runner:
                     recent_desired=memory.recent_desired).to_status()
                 out["nextAction"] = None
                 conds = set_condition(conds, "Forecasting", False, reason, str(exc), now)
-                if condition(status.get("conditions") or [], "Degraded") is None or \
-                        (condition(status.get("conditions") or [], "Degraded") or {}).get(
-                            "reason") != reason:
+                was = condition(status.get("conditions") or [], "Degraded") or {}
+                if was.get("reason") != reason:  # an Event when the reason is new
                     self.policies.event(body, reason, f"no decision: {exc}", warning=True)
                 return finish(min(spec.control_period_s, RETRY_S), (reason, str(exc)))
             memory = decision.memory
@@ -194,11 +193,12 @@ class Runner:
         if spec.prometheus is None:
             raise MetricsError("NoMetrics", "spec.metrics.prometheus is not set: there is "
                                             "nothing to forecast from")
-        snap = self.source(spec).snapshot(now, control.history_steps(spec.prediction_method),
+        source = self.source(spec)
+        snap = source.snapshot(now, control.history_steps(spec.prediction_method),
                                           spec.prediction_step_s)
         interference = 0.0
         if spec.interference:
-            interference = min(1.0, self.source(spec).scalar("interference", now))
+            interference = min(1.0, source.scalar("interference", now))
         return control.decide(spec, snap, replicas, self.models(spec), memory,
                               interference=interference), snap
 
