@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from elastore.cli import ElastoreGroup
+from elastore.cliutil import ElastoreGroup
 from elastore.errors import ElastoreError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 import numpy as np
 
-from elastore.cli import ElastoreGroup, emit_json, log
+from elastore.cliutil import ElastoreGroup, emit_json, log
 from elastore.models.bundle import ModelSet, fit_models
 
 

@@ -8,7 +8,7 @@ import click
 import numpy as np
 import pandas as pd
 
-from elastore.cli import WHEN, WHEN_END, ElastoreGroup, emit_json, log
+from elastore.cliutil import WHEN, WHEN_END, ElastoreGroup, emit_json, log
 from elastore.errors import ElastoreError
 from elastore.predictor.evaluate import Scores, evaluate
 from elastore.predictor.registry import METHODS, parse_methods

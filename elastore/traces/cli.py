@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from elastore.cli import WHEN, WHEN_END, ElastoreGroup, emit_json, log
+from elastore.cliutil import WHEN, WHEN_END, ElastoreGroup, emit_json, log
 from elastore.errors import TraceError
 from elastore.traces.inspect import render, summarize
 from elastore.traces.readers import builtin_trace_path, read_page_table, read_series
