@@ -5,9 +5,9 @@ FROM python:3.11-slim
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY elastore ./elastore
-COPY charts ./charts
-# editable: 'elastore operator crd' reads charts/ beside the package
-RUN pip install --no-cache-dir -e '.[operator]' && useradd --uid 65532 --no-create-home elastore
+# a regular install: the CRD and the models are package data (elastore/resources.py); the
+# test bed (tests/testbed) is not in the package (tests/test_packaging.py checks the wheel)
+RUN pip install --no-cache-dir '.[operator]' && useradd --uid 65532 --no-create-home elastore
 USER 65532
 ENTRYPOINT ["elastore"]
 CMD ["operator", "run"]

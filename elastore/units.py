@@ -7,7 +7,11 @@ Converting between the two happens here and nowhere else: the ecosystem mixes me
 from __future__ import annotations
 
 BITS_PER_BYTE = 8
-MIB = 1024 * 1024  # bytes
+KIB = 1024  # bytes
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+TIB = 1024 * GIB
+PIB = 1024 * TIB
 MBIT = 1_000_000  # bits
 #: 1 MiB/s = 8 * 1,048,576 bit/s = 8.388608 Mbit/s
 MBIT_PER_MIBPS = BITS_PER_BYTE * MIB / MBIT
@@ -29,3 +33,11 @@ def bytes_to_mib(n_bytes: float) -> float:
 
 def mib_to_bytes(mib: float) -> float:
     return mib * MIB
+
+
+def bytes_to_gib(n_bytes: float) -> float:
+    return n_bytes / GIB
+
+
+def gib_to_bytes(gib: float) -> float:
+    return gib * GIB

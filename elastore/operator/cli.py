@@ -7,11 +7,8 @@ from pathlib import Path
 
 import click
 
-from elastore.cli import ElastoreGroup
+from elastore.cliutil import ElastoreGroup
 from elastore.errors import ElastoreError
-
-CRD = Path(__file__).resolve().parent.parent.parent / "charts" / "elastore" / "crds" / \
-    "elasticpolicies.elastore.io.yaml"
 
 
 @click.group("operator", cls=ElastoreGroup)
@@ -42,9 +39,12 @@ def operator_group() -> None:
               help="Peering priority (default: random, so exactly one replica acts).")
 @click.option("--peering", default="elastore", show_default=True,
               help="Name of the ClusterKopfPeering object the replicas share.")
+@click.option("--peering-lifetime", type=click.IntRange(1, 3600), default=60,
+              show_default=True, envvar="ELASTORE_PEERING_LIFETIME", show_envvar=True,
+              help="Seconds without keep-alives after which another replica takes over.")
 def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: int,
             metrics_addr: str, liveness: str | None, standalone: bool, priority: int | None,
-            peering: str) -> None:
+            peering: str, peering_lifetime: int) -> None:
     """Run the operator until SIGTERM/SIGINT: a control loop per ElasticPolicy, leader
     election among replicas, Events for every decision and action, metrics on /metrics.
 
@@ -55,22 +55,23 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
     """
     import kopf
 
+    from elastore.operator.runtime import OperatorOptions, Runtime
+
     if kubeconfig is not None:
         if not kubeconfig.is_file():
             raise ElastoreError("no such kubeconfig", str(kubeconfig))
+        # the one standard way to name a kubeconfig: kopf's login and the kubernetes
+        # client both read $KUBECONFIG
         os.environ["KUBECONFIG"] = str(kubeconfig)
-    os.environ["ELASTORE_METRICS_PORT"] = str(metrics_port)
-    os.environ["ELASTORE_METRICS_ADDR"] = metrics_addr
-    os.environ["ELASTORE_PEERING"] = peering
-    if standalone:
-        os.environ["ELASTORE_STANDALONE"] = "1"
-    if priority is not None:
-        os.environ["ELASTORE_PEERING_PRIORITY"] = str(priority)
+    options = OperatorOptions(metrics_port=metrics_port, metrics_addr=metrics_addr,
+                              peering=peering, standalone=standalone, priority=priority,
+                              peering_lifetime_s=peering_lifetime)
     import elastore.operator.handlers  # noqa: F401 - registers the handlers
 
     kopf.configure(verbose=False)
     kopf.run(clusterwide=not namespaces, namespaces=list(namespaces),
-             standalone=standalone, liveness_endpoint=liveness)
+             standalone=standalone, liveness_endpoint=liveness,
+             memo=kopf.Memo(elastore=Runtime(options)))
 
 
 @operator_group.command("crd")
@@ -81,4 +82,6 @@ def crd_cmd() -> None:
     Example:
       elastore operator crd | kubectl apply -f -
     """
-    click.echo(CRD.read_text(), nl=False)
+    from elastore.resources import crd_path
+
+    click.echo(crd_path().read_text(), nl=False)

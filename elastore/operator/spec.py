@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastore.errors import ElastoreError
+from elastore.predictor.registry import DEFAULT_METHOD, METHODS
 
 GROUP = "elastore.io"
 VERSION = "v1alpha1"
@@ -96,7 +97,7 @@ class PolicySpec:
     slo_percentile: int = 95
     control_period_s: float = 600.0
     mode: str = "Recommend"
-    prediction_method: str = "prorenata"
+    prediction_method: str = DEFAULT_METHOD
     prediction_horizon_s: float = 600.0
     prediction_step_s: float = 3600.0
     headroom: float = 0.1
@@ -188,9 +189,8 @@ def parse(spec: Any) -> PolicySpec:
         raise SpecError("must be between 10s and 24h", "spec.controlPeriod")
     mode = _enum(spec.get("mode", "Recommend"), ("Recommend", "Enforce"), "spec.mode")
     pred = spec.get("prediction") or {}
-    method = _enum(_get(pred, "method", "prorenata", "spec.prediction"),
-                   ("prorenata", "prorenata-paper", "holt-winters", "seasonal-naive-24",
-                    "persistence"), "spec.prediction.method")
+    method = _enum(_get(pred, "method", DEFAULT_METHOD, "spec.prediction"), tuple(METHODS),
+                   "spec.prediction.method")
     horizon = parse_duration(_get(pred, "horizon", "10m", "spec.prediction"),
                              "spec.prediction.horizon")
     step = parse_duration(_get(pred, "step", "1h", "spec.prediction"), "spec.prediction.step")

@@ -20,7 +20,6 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import IO, Literal
 
@@ -36,7 +35,6 @@ log = logging.getLogger("elastore.traces")
 TraceFormat = Literal["auto", "hourly", "pages", "pagecounts"]
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 CHUNK_ROWS = 500_000
-BUILTIN_TRACE = "all-projects-2008-10_2009-12-hourly.csv"
 #: The window that the ProRenaTa evaluation replays; the main job's default.
 DEFAULT_WINDOW = ("2009-03-08", "2009-03-22")
 PAGECOUNTS_NAME = re.compile(r"^pagecounts-(\d{8})-(\d{6})(\.gz)?$")
@@ -47,7 +45,9 @@ FloatArray = npt.NDArray[np.float64]
 
 def builtin_trace_path() -> Path:
     """The shipped all-projects hourly trace (public domain, Wikimedia pagecounts-raw)."""
-    return Path(str(resources.files("elastore.traces").joinpath("data", BUILTIN_TRACE)))
+    from elastore.resources import builtin_trace
+
+    return builtin_trace()
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,138 @@
+"""The CRD the API server enforces and the parser the loop trusts say the same thing: every
+enum value parses and nothing else does, every default is the parser's default, the method
+enum is the predictor registry, and the chart ships the package's file."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from elastore.operator import crd
+from elastore.operator.spec import (
+    DEFAULT_QUERIES,
+    OPTIONAL_QUERIES,
+    PolicySpec,
+    SpecError,
+    parse,
+    parse_duration,
+)
+from elastore.predictor.registry import DEFAULT_METHOD, METHODS
+from elastore.resources import crd_path
+
+REPO = Path(__file__).resolve().parent.parent
+MINIMAL: dict[str, Any] = {"target": {"name": "db", "replicationFactor": 3},
+                           "replicas": {"min": 3, "max": 9}, "slo": {"latencyMs": 50},
+                           "metrics": {"prometheus": {"url": "http://127.0.0.1:9090"}}}
+
+
+def schema() -> dict[str, Any]:
+    doc = yaml.safe_load(crd_path().read_text())
+    return dict(doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"])
+
+
+def walk(node: dict[str, Any], path: str = "spec") -> Iterator[tuple[str, dict[str, Any]]]:
+    yield path, node
+    for name, child in (node.get("properties") or {}).items():
+        yield from walk(child, f"{path}.{name}")
+
+
+def with_value(path: str, value: Any) -> dict[str, Any]:
+    spec = copy.deepcopy(MINIMAL)
+    node = spec
+    keys = path.split(".")[1:]
+    for k in keys[:-1]:
+        node = node.setdefault(k, {})
+    node[keys[-1]] = value
+    return spec
+
+
+#: every schema default -> how the parsed spec shows it (a new default without an entry
+#: here fails the test, so none can drift unseen)
+DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
+    "spec.target.kind": lambda p: p.target.kind,
+    "spec.target.store": lambda p: p.target.store,
+    "spec.target.container": lambda p: p.target.container,
+    "spec.target.nodetool": lambda p: list(p.target.nodetool),
+    "spec.slo.percentile": lambda p: p.slo_percentile,
+    "spec.controlPeriod": lambda p: p.control_period_s,
+    "spec.mode": lambda p: p.mode,
+    "spec.prediction": lambda p: None,  # {}: the object's own defaults apply
+    "spec.prediction.method": lambda p: p.prediction_method,
+    "spec.prediction.horizon": lambda p: p.prediction_horizon_s,
+    "spec.prediction.step": lambda p: p.prediction_step_s,
+    "spec.prediction.headroom": lambda p: p.headroom,
+    "spec.migration": lambda p: None,
+    "spec.migration.policy": lambda p: p.migration_policy,
+    "spec.migration.minMiBps": lambda p: p.min_migration_mibps,
+    "spec.migration.maxMiBps": lambda p: p.max_migration_mibps,
+    "spec.migration.nodeOverheadSeconds": lambda p: p.node_overhead_s,
+    "spec.capacityModel.configMapRef.key": lambda p: p.model_key,
+    "spec.metrics.prometheus.staleAfter": lambda p: p.prometheus and p.prometheus.stale_after_s,
+    "spec.metrics.prometheus.warmup": lambda p: p.prometheus and p.prometheus.warmup_s,
+    "spec.interference": lambda p: None,
+    "spec.interference.enabled": lambda p: p.interference,
+    "spec.scaleDown": lambda p: None,
+    "spec.scaleDown.stabilizationSeconds": lambda p: p.stabilization_s,
+    "spec.scaleDown.pvcPolicy": lambda p: p.pvc_policy,
+    "spec.scaleDown.minFreeFraction": lambda p: p.min_free_fraction,
+}
+
+
+def test_the_method_enum_is_the_predictor_registry() -> None:
+    methods = dict(walk(schema()))["spec.prediction.method"]
+    assert methods["enum"] == list(METHODS)
+    assert methods["default"] == DEFAULT_METHOD
+    assert crd.main(["--check", "--repo", str(REPO)]) == 0
+
+
+def test_every_schema_default_is_the_parsers() -> None:
+    defaults = {p: n["default"] for p, n in walk(schema()) if "default" in n}
+    assert set(defaults) == set(DEFAULTS), "a default without a check, or a check without one"
+    for path, default in defaults.items():
+        if isinstance(default, dict):
+            assert default == {}, path
+            continue
+        spec = copy.deepcopy(MINIMAL)
+        if path == "spec.capacityModel.configMapRef.key":
+            spec["capacityModel"] = {"configMapRef": {"name": "models"}}
+        got = DEFAULTS[path](parse(spec))
+        want = parse_duration(default, path) if isinstance(default, str) and \
+            path.endswith(("controlPeriod", "horizon", "step", "staleAfter", "warmup")) \
+            else default
+        assert got == pytest.approx(want) if isinstance(want, float) else got == want, path
+
+
+def test_every_enum_value_parses_and_no_other() -> None:
+    enums = {p: n["enum"] for p, n in walk(schema()) if "enum" in n}
+    assert "spec.prediction.method" in enums and len(enums) >= 7
+    for path, values in enums.items():
+        for v in values:
+            parse(with_value(path, v))  # no SpecError
+        with pytest.raises(SpecError) as err:
+            parse(with_value(path, "not-a-value" if isinstance(values[0], str) else 42))
+        assert err.value.where == path
+
+
+def test_the_queries_the_schema_allows_are_the_parsers() -> None:
+    queries = dict(walk(schema()))["spec.metrics.prometheus.queries"]
+    assert set(queries["properties"]) == {*DEFAULT_QUERIES, *OPTIONAL_QUERIES}
+
+
+def test_the_chart_ships_the_packages_crd() -> None:
+    chart = crd.chart_copy(REPO)
+    assert chart.read_text() == crd_path().read_text(), \
+        "run: python -m elastore.operator.crd"
+
+
+def test_a_stale_crd_is_reported(tmp_path: Path) -> None:
+    stale = crd_path().read_text().replace(f"enum: [{', '.join(METHODS)}]",
+                                           "enum: [prorenata, naive]")
+    assert stale != crd_path().read_text()
+    assert f"enum: [{', '.join(METHODS)}]" in crd.render(stale)
+    with pytest.raises(Exception, match="exactly one line"):
+        crd.render(stale.replace(crd.MARK, ""))
