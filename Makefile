@@ -52,7 +52,7 @@ lab-deps: $(TEST_STAMP)
 # first time), helm (same), and kubectl (on the machine image)
 k8s-deps: $(TEST_STAMP)
 	@command -v kubectl >/dev/null || { echo "kubectl is not on PATH: the k8s suites need it" >&2; exit 1; }
-	$(BIN)/python -c 'from elastore.lab.k8s import ensure_binaries, ensure_helm; \
+	PYTHONPATH=tests $(BIN)/python -c 'from testbed.k8s import ensure_binaries, ensure_helm; \
 	  print("kubernetes test binaries:", ensure_binaries(print)); print("helm:", ensure_helm(print))'
 
 test: $(TEST_STAMP) lint typecheck lab-deps k8s-deps

@@ -1,5 +1,5 @@
 """Support for the operator's tests on a real control plane (kube-apiserver, etcd,
-controller-manager, scheduler, kwok: elastore.lab.k8s) and a real Prometheus.
+controller-manager, scheduler, kwok: testbed.k8s) and a real Prometheus.
 
 Everything listens on 127.0.0.1 ports chosen free at start, lives in a directory of the
 test run's own, and is stopped by PID.
@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from elastore.lab.k8s import ControlPlane, free_port
+from testbed.k8s import ControlPlane, free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CRDS = REPO / "charts" / "elastore" / "crds"
+#: what kwok runs for an exec into a test pod (see testbed.podexec)
+PODEXEC = REPO / "tests" / "testbed" / "podexec.py"
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout_s: float,
@@ -194,12 +195,11 @@ class OperatorProcess:
                  extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.metrics_port = free_port()
         self.log = log
-        env = dict(os.environ, ELASTORE_PEERING_LIFETIME=str(lifetime_s),
-                   PYTHONUNBUFFERED="1", **(extra_env or {}))
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elastore", "-v", "operator", "run", "--kubeconfig",
              str(kubeconfig), "--metrics-port", str(self.metrics_port), "--metrics-addr",
-             "127.0.0.1", *args],
+             "127.0.0.1", "--peering-lifetime", str(lifetime_s), *args],
             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
     @property
@@ -255,7 +255,7 @@ def events(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
 
 def kwok_exec_config(namespace: str, sts: str, pods: int, lab_dir: Path) -> str:
     """kwok ``Exec`` resources: ``exec`` into pod ``<sts>-k`` runs the command *locally*
-    with ``ELASTORE_NODE=k+1`` and ``ELASTORE_LAB_DIR`` (see elastore.lab.podexec)."""
+    with ``ELASTORE_NODE=k+1`` and ``ELASTORE_LAB_DIR`` (see testbed.podexec)."""
     docs = []
     for k in range(pods):
         docs.append({

@@ -1,10 +1,10 @@
 """End to end: the operator in Enforce mode scales a StatefulSet whose pods are real
 Cassandra nodes, 3 -> 4 -> 3, on a load replayed from the Wikipedia trace.
 
-* The control plane is the real one (elastore.lab.k8s); its pods are kwok's. A test-only
+* The control plane is the real one (testbed.k8s); its pods are kwok's. A test-only
   agent (k8s_support.LabPodAgent) starts lab node k+1 when pod ``cass-k`` runs and stops it
   when the pod is gone. kwok's ``Exec`` maps ``exec`` into pod ``cass-k`` to the lab's
-  nodetool against node k+1 (elastore.lab.podexec), so the operator's scale-in really
+  nodetool against node k+1 (testbed.podexec), so the operator's scale-in really
   decommissions a real node through ``pods/exec``.
 * The operator reads the lab's real Prometheus through a loopback forwarder into the lab's
   namespace; it never connects to a pod IP.
@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 from k8s_support import (
     CRDS,
+    PODEXEC,
     LabPodAgent,
     OperatorProcess,
     events,
@@ -45,10 +46,10 @@ from k8s_support import (
     statefulset,
     wait_until,
 )
+from testbed.forward import Forwarder
+from testbed.k8s import ControlPlane
 
 from elastore.lab import lab, netns
-from elastore.lab.forward import Forwarder
-from elastore.lab.k8s import ControlPlane
 
 pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
 LAB_NS = f"elastore-test-op-{os.getpid()}"
@@ -189,7 +190,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 40},
             scaleDown={"stabilizationSeconds": STABILIZATION_S},
             capacityModel={"configMapRef": {"name": "cass-model"}},
-            nodetool=[sys.executable, "-m", "elastore.lab.podexec"],
+            nodetool=[sys.executable, str(PODEXEC)],
             metrics={"prometheus": {"url": fwd.url}}))
         yield r
     finally:

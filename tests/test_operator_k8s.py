@@ -28,8 +28,7 @@ from k8s_support import (
     statefulset,
     wait_until,
 )
-
-from elastore.lab.k8s import ControlPlane, free_port
+from testbed.k8s import ControlPlane, free_port
 
 pytestmark = pytest.mark.k8s
 
@@ -261,7 +260,7 @@ def test_the_chart_installs_and_its_rbac_is_enough(cp: ControlPlane, prom: Prome
     """helm installs the chart on the real API server; an operator running with exactly
     the chart's ServiceAccount does its work (reads, status, events); the role does not
     allow what the operator never needs."""
-    from elastore.lab.k8s import ensure_helm, kubeconfig
+    from testbed.k8s import ensure_helm, kubeconfig
 
     helm = ensure_helm(print)
     res = subprocess.run([str(helm), "install", "elastore",

@@ -2,7 +2,7 @@
 
 The lab's Prometheus listens on 127.0.0.1:9090 *inside* its namespace; a process outside
 (the operator under test) cannot reach it. :class:`Forwarder` listens on 127.0.0.1 here and,
-for every connection, starts ``ip netns exec NS python -m elastore.lab.forward connect
+for every connection, starts ``ip netns exec NS python forward.py connect
 HOST:PORT``, which connects inside the namespace and relays stdin/stdout; two threads pump
 the bytes. Only loopback addresses, on both sides.
 """
@@ -55,7 +55,7 @@ class Forwarder:
 
     def _serve(self, conn: socket.socket) -> None:
         proc = subprocess.Popen(netns.command(self.namespace, [
-            sys.executable, "-m", "elastore.lab.forward", "connect", self.target]),
+            sys.executable, os.path.abspath(__file__), "connect", self.target]),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         with self._lock:
             self._procs.append(proc)
@@ -136,5 +136,5 @@ def connect(target: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "connect":
-        raise SystemExit("usage: python -m elastore.lab.forward connect HOST:PORT")
+        raise SystemExit("usage: python forward.py connect HOST:PORT")
     connect(sys.argv[2])

@@ -3,7 +3,7 @@ pod's Cassandra node.
 
 kwok's ``Exec`` configuration (one per pod) runs commands *locally* with the pod's
 environment: ``ELASTORE_LAB_DIR`` (the lab) and ``ELASTORE_NODE`` (its node number). The
-policy's ``target.nodetool`` is ``[python, -m, elastore.lab.podexec]``, so an operator's
+policy's ``target.nodetool`` is ``[python, tests/testbed/podexec.py]``, so an operator's
 ``nodetool netstats`` through pods/exec becomes ``NodeTool -p <that node's JMX port>
 netstats`` inside the lab's namespace. Output and exit status pass through unchanged.
 Every call is appended to ``podexec.log`` in the lab directory (time, node, arguments), so
