@@ -17,3 +17,13 @@ class ElastoreError(Exception):
 
 class TraceError(ElastoreError):
     """A trace file that cannot be read as asked."""
+
+
+class MetricsError(ElastoreError):
+    """The metrics a decision needs are missing, stale, partial or unreachable: never read
+    as zero. ``reason`` is a short CamelCase cause (``MetricsMissing``,
+    ``PrometheusUnreachable``, ...) that the operator shows as a condition reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

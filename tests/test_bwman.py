@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from elastore.actuators.bwman import BwManConfig, BwManLoop, MetricsError, NodeObservation, decide
-from elastore.errors import ElastoreError
+from elastore.errors import ElastoreError, MetricsError
+from elastore.lab.bwman import BwManLoop
 from elastore.models.bandwidth import Policy
 from elastore.models.bundle import ModelSet
+from elastore.planner.bwman import BwManConfig, NodeObservation, decide
 from elastore.sim.cli import PLACEHOLDER
 
 
@@ -148,7 +149,7 @@ def _two_nodes_query(members: list[tuple[int, str, str]]
 
 def test_a_failed_actuation_is_reported_and_the_other_nodes_are_still_served(
         ms: ModelSet) -> None:
-    from elastore.actuators.bwman import ActuationError
+    from elastore.lab.bwman import ActuationError
 
     a, b = (1, "127.0.0.1", "127.0.0.1:9500"), (2, "127.0.0.2", "127.0.0.2:9500")
     members = [a, b]

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elastore.actuators.tc import HtbShaper
 from elastore.errors import ElastoreError
 from elastore.lab import lab, netns
+from elastore.lab.tc import HtbShaper
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 NS = f"elastore-test-c-{os.getpid()}"
@@ -101,8 +101,8 @@ def test_load_generator_replays_a_workload(cluster: Path, tmp_path: Path) -> Non
 def test_bwman_step_actuates_tc_and_the_stream_throttle(cluster: Path) -> None:
     """One BwMan step on the live cluster: decisions from real Prometheus data, applied to
     the HTB classes and to every node's setstreamthroughput."""
-    from elastore.actuators.bwman import BwManConfig
     from elastore.models.bundle import ModelSet
+    from elastore.planner.bwman import BwManConfig
     from elastore.sim.cli import PLACEHOLDER
 
     cfg = BwManConfig(total_mbit=200)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from elastore.cli import ElastoreGroup, log
+from elastore.cliutil import ElastoreGroup, log
 from elastore.errors import ElastoreError
 from elastore.lab import lab, netns
 
@@ -153,9 +153,11 @@ def bwman_cmd(model_path: Path | None, total_mbit: float, headroom: float, polic
     """
     import time
 
-    from elastore.actuators.bwman import ActuationError, BwManConfig, MetricsError
+    from elastore.errors import MetricsError
+    from elastore.lab.bwman import ActuationError
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
+    from elastore.planner.bwman import BwManConfig
     from elastore.sim.cli import model_choice
 
     models = ModelSet.load(model_choice(model_path)[0])

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elastore.actuators.stream import stream_setting
+from elastore.actuators.nodetool import stream_setting
 from elastore.errors import ElastoreError
 from elastore.lab import netns
 from elastore.lab.cassandra import (
@@ -333,22 +333,24 @@ def get_stream_throughput(which: str | int, d: Path | None = None) -> float:
     return float(m.group(1))
 
 
-def bwman_loop(models: Any, cfg: Any, d: Path | None = None) -> tuple[Any, Any]:
+def bwman_loop(models: Any, cfg: Any, d: Path | None = None,
+               queue_bytes: int = 1_500_000) -> tuple[Any, Any]:
     """A BwMan loop over the lab's nodes and the HTB it actuates (install()ed; remove() it
     when done).
 
     Every node gets a NIC of ``cfg.total_mbit`` (what it *sends*, tc's ``egress`` match)
     split into a guaranteed client class (port 9042) and a guaranteed storage class (port
     7000), each allowed to borrow up to the NIC when the other is idle; the loop moves the
-    split. Without BwMan the same NIC is one FIFO (``HtbShaper(split=False)``)."""
-    from elastore.actuators.bwman import BwManLoop, prometheus_query
-    from elastore.actuators.tc import HtbShaper
+    split. Without BwMan the same NIC is one FIFO (``HtbShaper(split=False)``).
+    ``queue_bytes`` bounds every class's queue (the default: a 1000-frame NIC queue)."""
+    from elastore.lab.bwman import BwManLoop, prometheus_query
+    from elastore.lab.tc import HtbShaper
 
     d = d or lab_dir()
     state = _require(d)
     nic = float(cfg.total_mbit)
     shaper = HtbShaper(state.netns, total_mbit=nic * MAX_NODES + 1000, nic_mbit=nic,
-                       match="egress", queue_bytes=cfg.queue_bytes)
+                       match="egress", queue_bytes=queue_bytes)
     shaper.install([n.spec.ip for n in state.nodes], client_mbit=nic / 2,
                    storage_mbit=nic / 2)
     loop = BwManLoop([(n.n, n.spec.ip, n.spec.metrics) for n in state.nodes], models, cfg,

@@ -11,23 +11,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from elastore.errors import ElastoreError
+from elastore.errors import MetricsError
 from elastore.operator.spec import Prometheus
 
 FloatArray = npt.NDArray[np.float64]
-
-
-class MetricsError(ElastoreError):
-    """The metrics the loop needs are not there; ``reason`` is a condition reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
+__all__ = ["MetricsError", "MetricsSource", "PrometheusSource", "Snapshot", "mask_warmup"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +34,18 @@ class Snapshot:
     migration_mibps: float | None  # streaming now (status only; None when not exported)
     history_rps: FloatArray  # the load per step, oldest first; NaN where Prometheus has none
     step_s: float
+
+
+class MetricsSource(Protocol):
+    """What the control loop observes. Anything missing is a :class:`MetricsError`, never
+    a zero. :class:`PrometheusSource` reads Prometheus; the simulator answers from its
+    trace (:class:`elastore.sim.kube.TraceMetrics`)."""
+
+    def snapshot(self, at_s: float, steps: int, step_s: float) -> Snapshot:
+        """The cluster at ``at_s`` and its load over the last ``steps`` steps."""
+
+    def scalar(self, name: str, at_s: float) -> float:
+        """One named query's value at ``at_s`` (e.g. ``interference``)."""
 
 
 def _value(result: Any, name: str, query: str) -> float:

@@ -16,24 +16,14 @@ per policy; retained by default).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from elastore.errors import ElastoreError
+from elastore.operator.status import iso
 
 Effect = Literal["none", "scale", "decommission", "delete-pvc"]
 REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
-
-_MODE = re.compile(r"^\s*Mode:\s*([A-Z_]+)", re.MULTILINE)
-
-
-def parse_mode(netstats: str) -> str | None:
-    """The ``Mode:`` line of ``nodetool netstats`` (NORMAL, JOINING, LEAVING,
-    DECOMMISSIONED, ...), or None."""
-    m = _MODE.search(netstats or "")
-    return m.group(1) if m else None
-
 
 @dataclass(frozen=True)
 class Facts:
@@ -62,8 +52,6 @@ class OperationState:
     pvc: str | None = None
 
     def to_status(self) -> dict[str, Any]:
-        from elastore.operator.control import iso
-
         return {"kind": self.kind, "fromReplicas": self.from_replicas,
                 "toReplicas": self.to_replicas, "pod": self.pod, "phase": self.phase,
                 "startedAt": iso(self.started_s), "startedEpoch": round(self.started_s, 3),

@@ -129,12 +129,13 @@ def arm(args: argparse.Namespace) -> None:
 def control(args: argparse.Namespace) -> None:
     """Each server's link; with BwMan the loop that splits it. Samples what every node sent
     per class each window. Stops on SIGTERM, removes the links, writes ``*.ctl.json``."""
-    from elastore.actuators.bwman import ActuationError, BwManConfig
-    from elastore.actuators.tc import HtbShaper
     from elastore.errors import ElastoreError
     from elastore.lab import lab
+    from elastore.lab.bwman import ActuationError
+    from elastore.lab.tc import HtbShaper
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
+    from elastore.planner.bwman import BwManConfig
 
     state = lab.LabState.load(lab.lab_dir())
     assert state is not None
@@ -145,9 +146,9 @@ def control(args: argparse.Namespace) -> None:
                               "links": []}
     loop = None
     if args.arm == "bwman":
-        cfg = BwManConfig(total_mbit=args.nic_mbit, policy=Policy.PREFER_CLIENTS,
-                          queue_bytes=QUEUE_BYTES)
-        loop, shaper = lab.bwman_loop(ModelSet.load(args.model), cfg)
+        cfg = BwManConfig(total_mbit=args.nic_mbit, policy=Policy.PREFER_CLIENTS)
+        loop, shaper = lab.bwman_loop(ModelSet.load(args.model), cfg,
+                                      queue_bytes=QUEUE_BYTES)
     else:
         shaper = HtbShaper(state.netns, total_mbit=10_000, nic_mbit=args.nic_mbit,
                            split=False, match="egress", queue_bytes=QUEUE_BYTES)
@@ -396,8 +397,8 @@ def main() -> None:
     if args.arm:
         arm(args)
         return
-    from elastore.actuators.bwman import BwManConfig
     from elastore.models.bundle import ModelSet
+    from elastore.planner.bwman import BwManConfig
 
     models = ModelSet.load(args.model)
     cap = models.capacity
