@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from elastore.actuators import nodetool
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
 from elastore.operator import control, operation
@@ -184,9 +185,9 @@ def test_a_pod_lost_before_it_left_the_ring_stops_the_operation() -> None:
 
 
 def test_netstats_mode() -> None:
-    assert operation.parse_mode("Mode: NORMAL\nNot sending any streams.\n") == "NORMAL"
-    assert operation.parse_mode("noise\n  Mode: DECOMMISSIONED\n") == "DECOMMISSIONED"
-    assert operation.parse_mode("nodetool: Failed to connect") is None
+    assert nodetool.parse_mode("Mode: NORMAL\nNot sending any streams.\n") == "NORMAL"
+    assert nodetool.parse_mode("noise\n  Mode: DECOMMISSIONED\n") == "DECOMMISSIONED"
+    assert nodetool.parse_mode("nodetool: Failed to connect") is None
 
 
 # --- one control period --------------------------------------------------------------------
@@ -227,7 +228,7 @@ def test_a_rising_load_plans_a_scale_out_at_absolute_times(ms: ModelSet) -> None
 def test_the_memory_gives_the_next_period_its_prediction_error(ms: ModelSet) -> None:
     per = float(ms.capacity.capacity(0.95, 0, 0)) * 0.9
     first = control.decide(fast_spec(), snapshot([2 * per] * 10), 3, ms, control.Memory())
-    back = control.Memory.from_status({"memory": first.memory.to_status()})
+    back = control.memory_from_status({"memory": control.memory_to_status(first.memory)})
     assert back == first.memory
     second = control.decide(fast_spec(), snapshot([2 * per] * 10 + [2.2 * per],
                                                   now=10_060.0), 3, ms, back)
@@ -272,7 +273,7 @@ def test_the_operator_asks_for_enough_history_for_its_method() -> None:
 
 
 def test_a_garbled_memory_is_forgotten_not_trusted() -> None:
-    assert control.Memory.from_status({"memory": {"actions": [{"replicas": "x"}]}}) == \
+    assert control.memory_from_status({"memory": {"actions": [{"replicas": "x"}]}}) == \
         control.Memory()
 
 

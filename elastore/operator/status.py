@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from elastore.errors import ElastoreError
-from elastore.operator.control import iso
 from elastore.operator.spec import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger("elastore.operator")
+
+def iso(epoch_s: float) -> str:
+    """Epoch seconds as the status shows times (RFC 3339, UTC, whole seconds)."""
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
 
 CONDITIONS = ("Ready", "Forecasting", "ScalingUp", "ScalingDown", "Throttling", "Degraded")
 
@@ -45,9 +51,24 @@ def identity() -> str:
     return os.environ.get("ELASTORE_IDENTITY") or f"{socket.gethostname()}/{os.getpid()}"
 
 
+class PolicyStore(Protocol):
+    """What the control loop reads and writes of its own ElasticPolicy."""
+
+    def get(self, ns: str, name: str) -> dict[str, Any] | None:
+        """The whole object; None once it is deleted."""
+
+    def patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        """A JSON merge patch of the status subresource."""
+
+    def event(self, body: dict[str, Any], reason: str, message: str,
+              warning: bool = False) -> None:
+        """An Event about the policy (failures are logged, never fatal)."""
+
+
 @dataclass
 class PolicyApi:
-    """Reads an ElasticPolicy, patches its status subresource, posts Events about it."""
+    """Reads an ElasticPolicy, patches its status subresource, posts Events about it: the
+    :class:`PolicyStore` of a real cluster."""
 
     api_client: Any = None
 

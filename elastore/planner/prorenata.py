@@ -26,9 +26,12 @@ cases.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
+from elastore.models.bandwidth import Allocation
 from elastore.models.bundle import ModelSet
 from elastore.models.migration import MigrationEstimate, MigrationModel
+from elastore.planner.stabilization import stabilized
 from elastore.planner.types import Action, Observation, Plan, PlannerConfig
 
 
@@ -36,160 +39,215 @@ def _clamp(n: int, cfg: PlannerConfig) -> int:
     return min(max(n, cfg.floor), cfg.max_replicas)
 
 
-def stabilized(target: int, current: int, now_s: float, cfg: PlannerConfig,
-               history: tuple[tuple[float, int], ...]) -> int:
-    """Scale-down stabilization (as the HPA): never go below the highest target recommended
-    within the last ``scale_down_stabilization_s``."""
-    if target >= current or cfg.scale_down_stabilization_s <= 0:
-        return target
-    recent = [d for t, d in history if now_s - t <= cfg.scale_down_stabilization_s]
-    return min(current, max([target, *recent]))
+@dataclass
+class _Window:
+    """One planning window: the inputs and what every step below derives from them."""
+
+    obs: Observation
+    cfg: PlannerConfig
+    models: ModelSet
+    mig: MigrationModel
+    t_s: float  # the window starts (now)
+    t_e: float  # and ends
+    base: int  # the size plans start from: now, or an operation's outcome
+    start: float  # the earliest a new action may start
+    queued: bool  # an operation is under way: new actions wait for it
+    why: list[str] = field(default_factory=list)
+
+    @property
+    def length(self) -> float:
+        return self.t_e - self.start
+
+    def needed(self, load: float) -> int:
+        o = self.obs
+        return self.models.capacity.servers_needed(load, o.read_ratio, o.interference,
+                                                   self.cfg.headroom)
+
+    def estimate(self, n_from: int, n_to: int, now_load_only: bool = False
+                 ) -> MigrationEstimate:
+        """Migration time from ``n_from`` to ``n_to`` servers, under the load ramp from now
+        to the forecast (or under the load now only)."""
+        o = self.obs
+        pred = o.load_rps if now_load_only else o.forecast_rps
+        return self.mig.estimate(o.data_bytes, n_from, n_to, load_rps=o.load_rps,
+                                 load_pred_rps=pred, read_ratio=o.read_ratio,
+                                 interference=o.interference)
+
+
+def _window(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> _Window:
+    """An operation in progress is never contradicted: plans start from its outcome, after
+    it ends."""
+    mig = MigrationModel(models.capacity, mode=cfg.migration_mode,
+                         node_overhead_s=cfg.node_overhead_s,
+                         min_mibps=cfg.min_migration_mibps, max_mibps=cfg.max_migration_mibps,
+                         slo_margin=cfg.migration_margin)
+    base, start, queued = obs.replicas, obs.now_s, False
+    if obs.operation is not None:
+        base = obs.operation.to_replicas
+        start = max(obs.now_s, obs.operation.expected_end_s)
+        queued = True
+    return _Window(obs, cfg, models, mig, obs.now_s, obs.now_s + cfg.window_s, base, start,
+                   queued)
+
+
+@dataclass(frozen=True)
+class _Targets:
+    proactive_raw: int  # what the forecast needs, unbounded
+    proactive: int  # bounded and stabilized: the size at the window end
+    delta_r: int  # the reactive correction (observed vs predicted now)
+    reactive: int  # the size the correction wants now
+
+
+def _targets(w: _Window) -> _Targets:
+    """The proactive target (for the forecast at the window end) and the reactive one
+    (the prediction error now, applied to the base), each bounded and stabilized."""
+    obs, cfg = w.obs, w.cfg
+    window = cfg.scale_down_stabilization_s
+    raw = w.needed(obs.forecast_rps)
+    proactive = _clamp(stabilized(raw, w.base, w.t_s, window, obs.recent_desired), cfg)
+    delta_r = 0
+    if cfg.reactive and obs.predicted_now_rps is not None:
+        delta_r = w.needed(obs.load_rps) - w.needed(obs.predicted_now_rps)
+    reactive = _clamp(w.base + delta_r, cfg)
+    if reactive < w.base:
+        reactive = _clamp(stabilized(reactive, w.base, w.t_s, window, obs.recent_desired),
+                          cfg)
+    return _Targets(raw, proactive, delta_r, reactive)
+
+
+def _explain_targets(w: _Window, tg: _Targets, capacity: float) -> None:
+    obs, cfg, cap = w.obs, w.cfg, w.models.capacity
+    w.why.append(
+        f"forecast {obs.forecast_rps:,.0f} req/s at the window end needs {tg.proactive_raw} "
+        f"server(s) ({capacity:,.0f} req/s/server under p{cap.percentile} <= "
+        f"{cap.slo_ms:g} ms at read ratio {obs.read_ratio:.2f}, interference "
+        f"{obs.interference:.2f}, {cfg.headroom:.0%} headroom)")
+    if tg.proactive != tg.proactive_raw:
+        w.why.append(f"bounded/stabilized to {tg.proactive}")
+    if obs.predicted_now_rps is not None and cfg.reactive:
+        w.why.append(f"observed {obs.load_rps:,.0f} vs predicted {obs.predicted_now_rps:,.0f} "
+                     f"req/s: reactive {tg.delta_r:+d}")
+    if obs.operation is not None:
+        w.why.append(f"an operation to {w.base} is in progress until "
+                     f"{obs.operation.expected_end_s:.0f} s: new actions wait")
+
+
+def _deadlines(w: _Window, n_from: int, n_to: int) -> list[float]:
+    """For each added node, when the load ramp (linear from now to the forecast at t_e,
+    the paper's assumption) would exceed what the servers before it carry while still able
+    to migrate. The paper schedules the whole change to end at t_e; on a rising ramp that
+    lets the load cross the current capacity first, so every node gets its own deadline."""
+    obs, cfg = w.obs, w.cfg
+    # what a server carries while still migrating at the policy's floor rate
+    usable = float(w.models.capacity.capacity(obs.read_ratio, cfg.min_migration_mibps,
+                                              obs.interference)) * (1 - cfg.headroom)
+    slope = (obs.forecast_rps - obs.load_rps) / cfg.window_s
+    out = []
+    for n in range(n_from, n_to):
+        if slope <= 0:
+            out.append(w.t_e)
+        else:
+            out.append(min(w.t_e, max(w.t_s, w.t_s + (n * usable - obs.load_rps) / slope)))
+    return out
+
+
+@dataclass(frozen=True)
+class _Schedule:
+    actions: list[Action]
+    merged: bool
+    t_reactive_s: float
+    t_proactive_s: float
+    proactive: int  # the proactive target, less the decommissions that do not fit
+
+
+def _schedule(w: _Window, tg: _Targets) -> _Schedule:
+    """The actions of the window: the reactive plan now and the proactive one at the last
+    moment when both fit, else one merged change (see the module's merge rule)."""
+    cfg = w.cfg
+    base, reactive, proactive = w.base, tg.reactive, tg.proactive
+    est_r = w.estimate(base, reactive, now_load_only=True)
+    est_p = w.estimate(reactive, proactive)
+    window = w.length
+    if proactive < reactive:  # scale-in is never urgent: only the node steps that finish
+        est_p, proactive = _fit_scale_in(est_p, reactive, proactive, window)
+    t_r, t_p = est_r.seconds, est_p.seconds
+    actions: list[Action] = []
+    if t_r + t_p <= window:
+        if reactive != base:
+            actions += _steps(w.start, base, reactive, est_r, "reactive", cfg,
+                              "correct the prediction error now")
+        if proactive != reactive:
+            if proactive > reactive and cfg.one_at_a_time:
+                actions += _scheduled_out(est_p, reactive, _deadlines(w, reactive, proactive),
+                                          w.start + t_r, "proactive")
+            else:
+                at = max(w.start + t_r, w.t_e - t_p)
+                actions += _steps(at, reactive, proactive, est_p, "proactive",
+                                  cfg, f"latest start that finishes by the window end "
+                                       f"({t_p:.0f} s of migration)")
+        return _Schedule(actions, False, t_r, t_p, proactive)
+    if cfg.merge == "pseudocode":
+        target = _clamp(base + (proactive - base) + (reactive - base), cfg)
+        est = w.estimate(base, target)
+        at = max(w.start, w.t_e - est.seconds)
+        label = "Fig. 5.16: dVMs(next) + dVMs(now)"
+    elif reactive > base:
+        target = max(proactive, reactive)
+        est = w.estimate(base, target)
+        at = w.start
+        label = "short now: one change to the larger target, at once"
+    else:
+        target = proactive
+        est = w.estimate(base, target)
+        if target < base:
+            est, target = _fit_scale_in(est, base, target, window)
+        at = max(w.start, w.t_e - est.seconds)
+        label = "reactive scale-in dropped; proactive at the last moment"
+    w.why.append(f"plans need {t_r:.0f} s + {t_p:.0f} s > {window:.0f} s: merged ({label})")
+    if target != base:
+        actions += _steps(at, base, target, est, "merged", cfg, label)
+    return _Schedule(actions, True, t_r, t_p, proactive)
+
+
+def _migration(w: _Window) -> tuple[float, Allocation | None]:
+    """The migration rate to enforce now (f() at the current per-server load) and, when the
+    server's bandwidth is known, BwMan's split of it."""
+    obs, cfg = w.obs, w.cfg
+    per_server = obs.load_rps / max(1, obs.replicas)
+    rate = w.mig.rate(per_server, obs.read_ratio, obs.interference)
+    bw = w.models.bandwidth
+    if cfg.total_bandwidth_mbit is None or bw.client is None or bw.migration is None:
+        return rate, None
+    alloc = bw.split(cfg.total_bandwidth_mbit, per_server, rate, cfg.policy)
+    return (alloc.migration_mibps if rate > 0 else 0.0), alloc
 
 
 def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
     """Plan one control window starting at ``obs.now_s``."""
     cfg.validate()
     obs.validate()
-    cap = models.capacity
-    t_s = obs.now_s
-    t_e = t_s + cfg.window_s
-    r, i = obs.read_ratio, obs.interference
-    capacity = float(cap.capacity(r, 0.0, i))  # Hubbub-scale: at the current interference
-
-    def needed(load: float) -> int:
-        return cap.servers_needed(load, r, i, cfg.headroom)
-
-    # An operation in progress is never contradicted: plan from its outcome, after it ends.
-    base = obs.replicas
-    start = t_s
-    queued = False
-    if obs.operation is not None:
-        base = obs.operation.to_replicas
-        start = max(t_s, obs.operation.expected_end_s)
-        queued = True
-
-    proactive_raw = needed(obs.forecast_rps)
-    proactive = _clamp(stabilized(proactive_raw, base, t_s, cfg, obs.recent_desired), cfg)
-    delta_r = 0
-    if cfg.reactive and obs.predicted_now_rps is not None:
-        delta_r = needed(obs.load_rps) - needed(obs.predicted_now_rps)
-    reactive = _clamp(base + delta_r, cfg)
-    if reactive < base:
-        reactive = _clamp(stabilized(reactive, base, t_s, cfg, obs.recent_desired), cfg)
-
-    mig = MigrationModel(cap, mode=cfg.migration_mode, node_overhead_s=cfg.node_overhead_s,
-                         min_mibps=cfg.min_migration_mibps, max_mibps=cfg.max_migration_mibps,
-                         slo_margin=cfg.migration_margin)
-    l_eff_kw = dict(load_rps=obs.load_rps, load_pred_rps=obs.forecast_rps, read_ratio=r,
-                    interference=i)
-
-    def estimate(n_from: int, n_to: int, now_load_only: bool = False) -> MigrationEstimate:
-        if now_load_only:
-            return mig.estimate(obs.data_bytes, n_from, n_to, load_rps=obs.load_rps,
-                                load_pred_rps=obs.load_rps, read_ratio=r, interference=i)
-        return mig.estimate(obs.data_bytes, n_from, n_to, **l_eff_kw)  # type: ignore[arg-type]
-
-    est_r = estimate(base, reactive, now_load_only=True)
-    est_p = estimate(reactive, proactive)
-    t_r, t_p = est_r.seconds, est_p.seconds
-    window = t_e - start
-    actions: list[Action] = []
-    merged = False
-    why: list[str] = [
-        f"forecast {obs.forecast_rps:,.0f} req/s at the window end needs {proactive_raw} "
-        f"server(s) ({capacity:,.0f} req/s/server under p{cap.percentile} <= "
-        f"{cap.slo_ms:g} ms at read ratio {r:.2f}, interference {i:.2f}, "
-        f"{cfg.headroom:.0%} headroom)"
-    ]
-    if proactive != proactive_raw:
-        why.append(f"bounded/stabilized to {proactive}")
-    if obs.predicted_now_rps is not None and cfg.reactive:
-        why.append(f"observed {obs.load_rps:,.0f} vs predicted {obs.predicted_now_rps:,.0f} "
-                   f"req/s: reactive {delta_r:+d}")
-    if queued:
-        why.append(f"an operation to {base} is in progress until "
-                   f"{obs.operation.expected_end_s:.0f} s: new actions wait"  # type: ignore[union-attr]
-                   )
-
-    # what a server carries while still migrating at the policy's floor rate
-    usable = float(cap.capacity(r, cfg.min_migration_mibps, i)) * (1 - cfg.headroom)
-
-    def deadlines(n_from: int, n_to: int) -> list[float]:
-        """For each added node, when the load ramp (linear from now to the forecast at
-        t_e, the paper's assumption) would exceed what the servers before it carry while
-        still able to migrate. The paper schedules the whole change to end at t_e; on a
-        rising ramp that lets the load cross the current capacity first, so every node
-        gets its own deadline."""
-        slope = (obs.forecast_rps - obs.load_rps) / cfg.window_s
-        out = []
-        for n in range(n_from, n_to):
-            if slope <= 0:
-                out.append(t_e)
-            else:
-                out.append(min(t_e, max(t_s, t_s + (n * usable - obs.load_rps) / slope)))
-        return out
-
-    if proactive < reactive:  # scale-in is never urgent: only the node steps that finish
-        est_p, proactive = _fit_scale_in(est_p, reactive, proactive, window)
-        t_p = est_p.seconds
-    if t_r + t_p <= window:
-        if reactive != base:
-            actions += _steps(start, base, reactive, est_r, "reactive", cfg,
-                              "correct the prediction error now")
-        if proactive != reactive:
-            if proactive > reactive and cfg.one_at_a_time:
-                actions += _scheduled_out(est_p, reactive, deadlines(reactive, proactive),
-                                          start + t_r, "proactive")
-            else:
-                at = max(start + t_r, t_e - t_p)
-                actions += _steps(at, reactive, proactive, est_p, "proactive",
-                                  cfg, f"latest start that finishes by the window end "
-                                       f"({t_p:.0f} s of migration)")
-    else:
-        merged = True
-        if cfg.merge == "pseudocode":
-            target = _clamp(base + (proactive - base) + (reactive - base), cfg)
-            est = estimate(base, target)
-            at = max(start, t_e - est.seconds)
-            label = "Fig. 5.16: dVMs(next) + dVMs(now)"
-        elif reactive > base:
-            target = max(proactive, reactive)
-            est = estimate(base, target)
-            at = start
-            label = "short now: one change to the larger target, at once"
-        else:
-            target = proactive
-            est = estimate(base, target)
-            if target < base:
-                est, target = _fit_scale_in(est, base, target, window)
-            at = max(start, t_e - est.seconds)
-            label = "reactive scale-in dropped; proactive at the last moment"
-        why.append(f"plans need {t_r:.0f} s + {t_p:.0f} s > {window:.0f} s: merged ({label})")
-        if target != base:
-            actions += _steps(at, base, target, est, "merged", cfg, label)
-    final = actions[-1].replicas if actions else base
-    if actions and actions[-1].expected_end_s > t_e + 1e-6:
-        why.append(f"the change cannot finish in this window (ends "
-                   f"{actions[-1].expected_end_s - t_e:.0f} s late)")
-    # the migration rate to enforce now (f() at the current per-server load), and the split
-    per_server = obs.load_rps / max(1, obs.replicas)
-    rate = mig.rate(per_server, r, i)
-    alloc = None
-    bw = models.bandwidth
-    if cfg.total_bandwidth_mbit is not None and bw.client is not None and bw.migration is not None:
-        alloc = bw.split(cfg.total_bandwidth_mbit, per_server, rate, cfg.policy)
-        rate = alloc.migration_mibps if rate > 0 else 0.0
-    why.append(f"migration at {rate:.2f} MiB/s per server")
+    w = _window(obs, cfg, models)
+    capacity = float(models.capacity.capacity(obs.read_ratio, 0.0, obs.interference))
+    tg = _targets(w)
+    _explain_targets(w, tg, capacity)
+    sch = _schedule(w, tg)
+    actions = sch.actions
+    if actions and actions[-1].expected_end_s > w.t_e + 1e-6:
+        w.why.append(f"the change cannot finish in this window (ends "
+                     f"{actions[-1].expected_end_s - w.t_e:.0f} s late)")
+    rate, alloc = _migration(w)
+    w.why.append(f"migration at {rate:.2f} MiB/s per server")
     if not actions:
-        why.append(f"no change: {base} server(s)")
+        w.why.append(f"no change: {w.base} server(s)")
     return Plan(
-        now_s=t_s, window_end_s=t_e, actions=tuple(actions), desired_replicas=final,
-        migration_mibps=rate, bandwidth=alloc, queued=queued and bool(actions),
-        reason="; ".join(why),
-        details={"proactive": proactive, "proactive_unbounded": proactive_raw,
-                 "reactive": reactive, "reactive_delta": delta_r, "t_reactive_s": t_r,
-                 "t_proactive_s": t_p, "merged": merged, "capacity_rps": capacity,
-                 "base": base},
+        now_s=w.t_s, window_end_s=w.t_e, actions=tuple(actions),
+        desired_replicas=actions[-1].replicas if actions else w.base,
+        migration_mibps=rate, bandwidth=alloc, queued=w.queued and bool(actions),
+        reason="; ".join(w.why),
+        details={"proactive": sch.proactive, "proactive_unbounded": tg.proactive_raw,
+                 "reactive": tg.reactive, "reactive_delta": tg.delta_r,
+                 "t_reactive_s": sch.t_reactive_s, "t_proactive_s": sch.t_proactive_s,
+                 "merged": sch.merged, "capacity_rps": capacity, "base": w.base},
     )
 
 

@@ -128,11 +128,3 @@ class Plan:
     queued: bool  # actions wait for an operation in progress
     reason: str
     details: dict[str, Any] = field(default_factory=dict)
-
-    def replicas_at(self, t_s: float, current: int) -> int:
-        """The target in force at ``t_s`` (the last action started by then)."""
-        target = current
-        for a in self.actions:
-            if a.at_s <= t_s:
-                target = a.replicas
-        return target

@@ -78,6 +78,12 @@ class Predictor(abc.ABC):
         self._fit(history)
         return self
 
+    @property
+    def fallback_name(self) -> str | None:
+        """The simpler method forecasting in this one's place while its history is too
+        short, or None when it runs as itself."""
+        return None if self._fallback is None else self._fallback.name
+
     def update(self, value: float) -> None:
         """Feed the next observation (NaN for a missing hour)."""
         value = float(value)

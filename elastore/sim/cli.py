@@ -9,16 +9,16 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from elastore.cli import WHEN, WHEN_END, emit_json, log
+from elastore.cliutil import WHEN, WHEN_END, emit_json, log
 from elastore.errors import ElastoreError
 from elastore.models.bundle import ModelSet
-from elastore.sim.controllers import CONTROLLERS
+from elastore.resources import builtin_model
+from elastore.sim.controllers import CONTROLLERS, KNOWN
 from elastore.sim.run import SimConfig, locate, simulate, with_slo
 from elastore.traces.readers import DEFAULT_WINDOW, builtin_trace_path, read_series
 
-DATA = Path(__file__).resolve().parent.parent / "models" / "data"
-PLACEHOLDER = DATA / "placeholder.json"
-LAB_MODEL = DATA / "lab-profile.json"
+PLACEHOLDER = builtin_model("placeholder")
+LAB_MODEL = builtin_model("lab")
 LAB_NOTE = (
     "LAB PROFILE. The capacity and latency model was fitted (`elastore models fit`) to "
     "samples measured on real Cassandra 5.0.4 by `elastore lab profile`: 3 nodes with 256 MiB "
@@ -53,7 +53,9 @@ def model_choice(spec: Path | None) -> tuple[Path, str]:
 @click.option("--column", default="requests", show_default=True)
 @click.option("--start", type=WHEN, default=None, help=f"default {DEFAULT_WINDOW[0]} (built-in)")
 @click.option("--end", type=WHEN_END, default=None, help=f"default {DEFAULT_WINDOW[1]} (built-in)")
-@click.option("--controllers", default=",".join(CONTROLLERS), show_default=True)
+@click.option("--controllers", default=",".join(CONTROLLERS), show_default=True,
+              help=f"Comma-separated, of: {', '.join(KNOWN)}. 'operator' runs the "
+                   "operator's own runner on the simulated cluster.")
 @click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Judge against this SLO (default: the model's).")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None,
@@ -85,10 +87,10 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
       elastore simulate --controllers prorenata,hpa --interference 48:96:0.5
     """
     names = [c.strip() for c in controllers.split(",") if c.strip()]
-    bad = [c for c in names if c not in CONTROLLERS]
+    bad = [c for c in names if c not in KNOWN]
     if bad or not names:
         raise ElastoreError(f"unknown controller(s) {', '.join(bad) or '(none)'}; choose from "
-                            f"{', '.join(CONTROLLERS)}")
+                            f"{', '.join(KNOWN)}")
     phases = []
     for spec in interference:
         try:

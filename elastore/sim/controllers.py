@@ -7,26 +7,38 @@ set-points ``(time_s, target_replicas)``; sizing always goes through the capacit
 |---|---|---|
 | feedback | at each window start, for the previous window's mean load | store default |
 | predict | at the window start for the predicted load; scale-down a window later | store default |
-| prorenata | the ProRenaTa planner with the ``prorenata`` forecast | BwMan: f(), floored |
-| ideal | the ProRenaTa planner with the true future load | BwMan: f(), floored |
+| prorenata | the policy loop with the ``prorenata`` forecast | BwMan: f(), floored |
+| ideal | the policy loop with the true future load | BwMan: f(), floored |
 | hpa | Kubernetes HPA on utilisation, every 15 s | store default |
 | holt-winters | PHPA-style: Holt-Winters forecast, applied at once | store default |
 | static-peak | the trace's peak, all the time | store default |
+| operator | the operator's runner on the simulated cluster | what the runner sets |
+
+``prorenata`` and ``ideal`` are thin adapters around the policy loop the operator runs; the
+``operator`` controller runs the operator itself (its runner, node-step state machine and
+stream throttle) against :class:`elastore.sim.kube.SimulatedKube`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from elastore.models.bundle import ModelSet
-from elastore.planner import Observation, Operation, PlannerConfig, plan
+from elastore.planner import Operation, PlannerConfig
+from elastore.planner.loop import Decision, Forecast, Memory, Observed, PolicyLoop, set_points
+from elastore.planner.stabilization import Recommendations, remember, stabilized
 from elastore.predictor.base import FloatArray, Predictor
 from elastore.predictor.prorenata import ProRenaTa
+from elastore.predictor.registry import make
 from elastore.predictor.statistical import HoltWinters
+
+if TYPE_CHECKING:
+    from elastore.sim.engine import Cluster
 
 SetPoints = list[tuple[float, int]]
 
@@ -64,9 +76,21 @@ class Controller:
     bwman = False  # migration throttled to f() (True) or at the store's default rate
     tick_s: float | None = None  # also called every tick_s seconds (HPA)
     interference_aware = False
+    #: each call's set-points replace the pending ones (a plan re-made every period), else
+    #: they are added to them
+    replaces = False
 
     def warm(self, history: FloatArray) -> None:
         """Load history (req/s per window) before the replay starts."""
+
+    def attach(self, cluster: Cluster, ctx: Context) -> None:
+        """The simulated cluster, before the replay starts (for a controller that acts on
+        it directly instead of through set-points)."""
+
+    def migration_mibps(self) -> float | None:
+        """The migration rate this controller has set on the cluster (None: the replay's
+        rule for it, BwMan's f() or the store's default)."""
+        return None
 
     def on_window(self, ctx: Context) -> SetPoints:
         return []
@@ -105,11 +129,12 @@ class _Forecasting(Controller):
     def warm(self, history: FloatArray) -> None:
         self.p.fit(history)
 
-    def _forecast_next(self, ctx: Context) -> float:
-        """Observe the load at this window start, forecast the next window start."""
+    def _forecast_next(self, ctx: Context, windows: int = 1) -> float:
+        """Observe the load at this window start, forecast the load ``windows`` window
+        starts ahead."""
         self.p.update(float(ctx.knots[ctx.k]))
-        f = self.p.forecast(1)
-        self.fc[ctx.k + 1] = f
+        f = self.p.forecast(windows)
+        self.fc[ctx.k + windows] = f
         return f
 
     def forecasts(self) -> dict[int, float]:
@@ -144,53 +169,58 @@ class HoltWintersPHPA(_Forecasting):
     the HPA's 300 s scale-down stabilization."""
 
     name = "holt-winters"
+    stabilization_s = 300.0
 
     def __init__(self) -> None:
         super().__init__(HoltWinters())
-        self.recent: deque[tuple[float, int]] = deque()
+        self.recent: Recommendations = ()
 
     def on_window(self, ctx: Context) -> SetPoints:
         want = ctx.needed(self._forecast_next(ctx), 0.0)
-        self.recent.append((ctx.now_s, want))
-        while self.recent and ctx.now_s - self.recent[0][0] > 300:
-            self.recent.popleft()
-        if want < ctx.target:
-            want = min(ctx.target, max(d for _, d in self.recent))
-        return [(ctx.now_s, want)]
+        self.recent = remember(self.recent, ctx.now_s, want, self.stabilization_s)
+        return [(ctx.now_s, stabilized(want, ctx.target, ctx.now_s, self.stabilization_s,
+                                       self.recent))]
 
 
 class ProRenaTaController(_Forecasting):
+    """The policy loop the operator runs (:class:`~elastore.planner.loop.PolicyLoop`), fed
+    at every window start (the control period); its plan is the cluster's target over time.
+    The planning horizon is the planner's ``window_s``, a whole number of periods. ``oracle``
+    forecasts the true load at the horizon (``ideal``); ``method`` is any predictor of the
+    registry (``prorenata`` by default)."""
+
     name = "prorenata"
     bwman = True
     interference_aware = True
+    replaces = True
 
-    def __init__(self, oracle: bool = False) -> None:
-        super().__init__(ProRenaTa())
+    def __init__(self, oracle: bool = False, method: str = "prorenata") -> None:
+        super().__init__(make(method))
         self.oracle = oracle
         if oracle:
             self.name = "ideal"
-        self.history: list[tuple[float, int]] = []
+        self.memory = Memory()
+        self.decisions: list[Decision] = []
 
     def on_window(self, ctx: Context) -> SetPoints:
+        ahead = max(1, round(ctx.cfg.window_s / ctx.window_s))
+        for_s = ctx.now_s + ctx.cfg.window_s
         if self.oracle:
-            nxt = ctx.knots[min(ctx.k + 1, len(ctx.knots) - 1)]
-            forecast = float(nxt)
-            predicted_now = float(ctx.knots[ctx.k])
+            forecast = Forecast(float(ctx.knots[min(ctx.k + ahead, len(ctx.knots) - 1)]),
+                                for_s, "the true future load")
         else:
-            predicted_now = self.fc.get(ctx.k, float(ctx.knots[ctx.k]))
-            forecast = self._forecast_next(ctx)
-        obs = Observation(
-            now_s=ctx.now_s, replicas=ctx.serving, load_rps=float(ctx.knots[ctx.k]),
-            forecast_rps=forecast, read_ratio=ctx.read_ratio, data_bytes=ctx.data_bytes,
-            interference=ctx.interference, predicted_now_rps=predicted_now,
-            operation=ctx.op, recent_desired=tuple(self.history[-8:]),
-        )
-        p = plan(obs, ctx.cfg, ctx.models)
-        self.history.append((ctx.now_s, p.desired_replicas))
-        if not p.actions:
-            return [(ctx.now_s, max(p.desired_replicas, ctx.target)
-                     if ctx.op is not None else p.desired_replicas)]
-        return [(a.at_s, a.replicas) for a in p.actions]
+            forecast = Forecast(self._forecast_next(ctx, ahead), for_s,
+                                self.p.name if self.p.fallback_name is None
+                                else f"{self.p.fallback_name} (fallback)")
+        observed = Observed(now_s=ctx.now_s, replicas=ctx.serving,
+                            load_rps=float(ctx.knots[ctx.k]), read_ratio=ctx.read_ratio,
+                            data_bytes=ctx.data_bytes, interference=ctx.interference,
+                            operation=ctx.op)
+        loop = PolicyLoop(ctx.cfg, ctx.models, period_s=ctx.window_s)
+        d = loop.step(self.memory, observed, forecast)
+        self.memory = d.memory
+        self.decisions.append(d)
+        return set_points(d, ctx.op.to_replicas if ctx.op is not None else ctx.serving)
 
 
 @dataclass
@@ -205,7 +235,7 @@ class HPA(Controller):
     tolerance: float = 0.1
     tick_s: float | None = 15.0
     stabilization_s: float = 300.0
-    recent: deque[tuple[float, int]] = field(default_factory=deque)
+    recent: Recommendations = ()
     _cap: float = 0.0
 
     def on_tick(self, ctx: Context) -> SetPoints:
@@ -219,26 +249,119 @@ class HPA(Controller):
         desired = ctx.target if within else math.ceil(current * ratio)
         desired = min(max(desired, ctx.cfg.floor), ctx.cfg.max_replicas)
         desired = min(desired, max(2 * current, current + 4))
-        self.recent.append((ctx.now_s, desired))
-        while self.recent and ctx.now_s - self.recent[0][0] > self.stabilization_s:
-            self.recent.popleft()
-        if desired < current:
-            desired = min(current, max(d for _, d in self.recent))
-        return [(ctx.now_s, desired)]
+        self.recent = remember(self.recent, ctx.now_s, desired, self.stabilization_s)
+        return [(ctx.now_s, stabilized(desired, current, ctx.now_s, self.stabilization_s,
+                                       self.recent))]
+
+
+class OperatorController(Controller):
+    """The operator itself: its runner (:class:`elastore.operator.runner.Runner`), node-step
+    state machine and stream throttle, unchanged, on an ElasticPolicy in Enforce mode with
+    the replay's planner settings, acting on the simulated cluster through
+    :class:`~elastore.sim.kube.SimulatedKube` and observing it through
+    :class:`~elastore.sim.kube.TraceMetrics` (the load at each window start, as its
+    history). It runs whenever the runner asks to (at least every step while an operation
+    runs); the migration rate is the one it sets."""
+
+    name = "operator"
+    tick_s: float | None = 5.0  # the runner's poll; the replay calls it once a step
+    interference_aware = True
+
+    def __init__(self, method: str = "prorenata", namespace: str = "sim",
+                 store: str = "store") -> None:
+        self.method = method
+        self.namespace, self.store = namespace, store
+        self.history: FloatArray = np.zeros(0)
+        self.next_s = 0.0
+        self.fc: dict[int, float] = {}
+        self.runner: Any = None
+        self.kube: Any = None
+        self.policies: Any = None
+
+    def warm(self, history: FloatArray) -> None:
+        self.history = np.asarray(history, dtype=float)
+
+    def policy_spec(self, ctx: Context) -> dict[str, Any]:
+        cfg, cap = ctx.cfg, ctx.models.capacity
+        w = f"{ctx.window_s:g}s"
+        return {"target": {"name": self.store, "replicationFactor": cfg.replication_factor},
+                "replicas": {"min": cfg.min_replicas, "max": cfg.max_replicas},
+                "slo": {"latencyMs": cap.slo_ms, "percentile": cap.percentile},
+                "mode": "Enforce", "controlPeriod": w,
+                "prediction": {"method": self.method, "horizon": f"{cfg.window_s:g}s",
+                               "step": w, "headroom": cfg.headroom},
+                "migration": {"minMiBps": cfg.min_migration_mibps,
+                              "maxMiBps": cfg.max_migration_mibps,
+                              "nodeOverheadSeconds": round(cfg.node_overhead_s)},
+                "scaleDown": {"stabilizationSeconds": round(cfg.scale_down_stabilization_s)},
+                # the URL is never dialled: the runner's metrics source is the replay
+                "metrics": {"prometheus": {"url": "http://simulated.invalid",
+                                           "queries": {"interference": "replay"}}},
+                "interference": {"enabled": True}}
+
+    def attach(self, cluster: Cluster, ctx: Context) -> None:
+        from elastore.errors import ElastoreError
+        from elastore.operator.control import planner_config
+        from elastore.operator.runner import Runner
+        from elastore.operator.spec import parse
+        from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics
+
+        spec = self.policy_spec(ctx)
+        if planner_config(parse(spec)) != ctx.cfg:
+            raise ElastoreError("the replay's planner settings cannot be written as an "
+                                f"ElasticPolicy: {planner_config(parse(spec))} != {ctx.cfg}")
+        w = ctx.window_s
+        times = np.arange(-len(self.history), len(ctx.knots)) * w
+        values = np.concatenate([self.history, ctx.knots])
+        ok = np.isfinite(values)
+        self._ctx_interference = 0.0
+        metrics = TraceMetrics.piecewise_linear(times[ok], values[ok], ctx.read_ratio,
+                                                cluster.total_bytes, self._interference)
+        self.kube = SimulatedKube(cluster, self.namespace, self.store, pvc_template=None,
+                                  stream_mibps=ctx.cfg.max_migration_mibps)
+        self.policies = MemoryPolicies.of(self.namespace, "policy", spec)
+        self.runner = Runner(self.namespace, "policy", self.policies, self.kube,
+                             lambda _spec: ctx.models, clock=lambda: self.kube.now_s,
+                             source=lambda _spec: metrics)
+
+    def _interference(self, _t: float) -> float:
+        return self._ctx_interference
+
+    def on_tick(self, ctx: Context) -> SetPoints:
+        self.kube.now_s = ctx.now_s
+        self._ctx_interference = ctx.interference
+        if ctx.now_s + 1e-9 >= self.next_s:
+            wait = self.runner.tick()
+            self.next_s = ctx.now_s + wait
+            fc = self.policies.status.get("forecast") or {}
+            mem = self.policies.status.get("memory") or {}
+            if fc and mem.get("forecastForEpoch") is not None:
+                self.fc[round(float(mem["forecastForEpoch"]) / ctx.window_s)] = \
+                    float(fc["requestsPerSecond"])
+        return []
+
+    def migration_mibps(self) -> float | None:
+        return float(self.kube.stream_mibps) if self.kube is not None else None
+
+    def forecasts(self) -> dict[int, float]:
+        return self.fc
+
+
+FACTORIES: dict[str, Callable[[], Controller]] = {
+    "feedback": Feedback, "predict": Predict, "prorenata": ProRenaTaController,
+    "ideal": lambda: ProRenaTaController(oracle=True), "hpa": HPA,
+    "holt-winters": HoltWintersPHPA, "static-peak": StaticPeak,
+    "operator": OperatorController,
+}
+#: every controller ``elastore simulate`` knows
+KNOWN = tuple(FACTORIES)
+#: the default comparison (``operator`` runs the same loop as ``prorenata``, more slowly)
+CONTROLLERS = tuple(n for n in KNOWN if n != "operator")
 
 
 def make_controller(name: str) -> Controller:
-    table = {
-        "feedback": Feedback, "predict": Predict, "prorenata": ProRenaTaController,
-        "ideal": lambda: ProRenaTaController(oracle=True), "hpa": HPA,
-        "holt-winters": HoltWintersPHPA, "static-peak": StaticPeak,
-    }
-    if name not in table:
+    if name not in FACTORIES:
         from elastore.errors import ElastoreError
 
-        raise ElastoreError(f"unknown controller {name!r}; choose from {', '.join(table)}")
-    return table[name]()
-
-
-CONTROLLERS = ("feedback", "predict", "prorenata", "ideal", "hpa", "holt-winters",
-               "static-peak")
+        raise ElastoreError(f"unknown controller {name!r}; choose from {', '.join(KNOWN)}")
+    return FACTORIES[name]()

@@ -18,6 +18,7 @@ from elastore.planner import Operation, PlannerConfig
 from elastore.sim.controllers import Context, Controller, make_controller
 from elastore.sim.engine import Cluster
 from elastore.traces.series import HourlySeries
+from elastore.units import gib_to_bytes, mib_to_bytes
 
 FloatArray = npt.NDArray[np.float64]
 KINDS = {"idle": 0, "boot": 1, "bootstrap": 2, "decommission": 3}
@@ -155,7 +156,7 @@ def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequen
         max_migration_mibps=cfg.default_stream_mibps, migration_margin=cfg.headroom / 2,
     )
     cap = models.capacity
-    data_bytes = cfg.data_gib * 2**30
+    data_bytes = gib_to_bytes(cfg.data_gib)
     runs: dict[str, ControllerRun] = {}
     for name in controllers:
         ctrl = make_controller(name)
@@ -184,6 +185,22 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
         return min(max(n, pcfg.floor), pcfg.max_replicas)
 
     cluster = Cluster.balanced(needed(float(knots[0])), data_bytes, cfg.boot_s)
+
+    def context(s: int, now: float) -> Context:
+        op = None
+        if cluster.op is not None:
+            o = cluster.op
+            rate_b = mib_to_bytes(max(last_rate, 0.1))
+            left = (o.boot_left_s + o.per_sender_left / rate_b if o.kind == "add"
+                    else o.leaving_data / rate_b)
+            op = Operation(o.from_replicas, o.to_replicas, o.started_s, now + left)
+        return Context(
+            k=s // win_steps, now_s=now, window_s=W, knots=knots, serving=cluster.serving,
+            target=cluster.target, op=op, models=models, cfg=pcfg, data_bytes=data_bytes,
+            read_ratio=r, interference=float(inter[s]) if ctrl.interference_aware else 0.0,
+            load_now=float(load[s]),
+        )
+
     serving = np.zeros(steps)
     billed = np.zeros(steps)
     rate_used = np.zeros(steps)
@@ -225,27 +242,22 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
         # a tick whenever a multiple of tick_s falls inside this step
         tick = bool(tick_s) and (s == 0 or int(now // tick_s) != int((now - dt) // tick_s))
         if new_window or tick:
-            op = None
-            if cluster.op is not None:
-                o = cluster.op
-                left = (o.boot_left_s + o.per_sender_left / (max(last_rate, 0.1) * 2**20)
-                        if o.kind == "add" else o.leaving_data / (max(last_rate, 0.1) * 2**20))
-                op = Operation(o.from_replicas, o.to_replicas, o.started_s, now + left)
-            ctx = Context(
-                k=s // win_steps, now_s=now, window_s=W, knots=knots, serving=cluster.serving,
-                target=cluster.target, op=op, models=models, cfg=pcfg, data_bytes=data_bytes,
-                read_ratio=r, interference=float(inter[s]) if ctrl.interference_aware else 0.0,
-                load_now=float(load[s]),
-            )
+            ctx = context(s, now)
+            if s == 0:
+                ctrl.attach(cluster, ctx)
             if new_window:
-                setpoints += ctrl.on_window(ctx)
+                new = ctrl.on_window(ctx)
+                setpoints = new if ctrl.replaces else setpoints + new
             if tick:
                 setpoints += ctrl.on_tick(ctx)
             setpoints.sort(key=lambda p: p[0])
         while setpoints and setpoints[0][0] <= now + 1e-9:
             cluster.target = setpoints.pop(0)[1]
         n = cluster.serving
-        if ctrl.bwman:
+        own = ctrl.migration_mibps()
+        if own is not None:
+            rate = own
+        elif ctrl.bwman:
             if cluster.op is not None and cluster.op.kind == "remove":
                 rate = d_for(n, s)
             else:
