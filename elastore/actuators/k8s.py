@@ -6,6 +6,8 @@
   ``setstreamthroughput``;
 * **PVCs** of removed pods, deleted only when the policy says so.
 
+It implements :class:`elastore.actuators.ports.ClusterPort`.
+
 Every call names what failed; nothing here decides anything.
 """
 
@@ -16,12 +18,14 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from elastore.actuators.stream import stream_setting
+from elastore.actuators.nodetool import parse_mode, stream_setting
+from elastore.actuators.ports import StatefulSetFacts
 from elastore.errors import ElastoreError
+from elastore.units import GIB, KIB, MIB, PIB, TIB
 
 log = logging.getLogger("elastore.k8s")
 
-_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+_UNITS = {"Ki": KIB, "Mi": MIB, "Gi": GIB, "Ti": TIB, "Pi": PIB,
           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "": 1}
 
 
@@ -35,16 +39,6 @@ def parse_quantity(q: str) -> float:
 
 
 @dataclass(frozen=True)
-class StatefulSetFacts:
-    name: str
-    spec_replicas: int
-    ready_replicas: int
-    replicas: int  # pods that exist
-    pvc_template: str | None  # the first volumeClaimTemplate's name
-    volume_bytes: float | None  # its requested size
-
-
-@dataclass(frozen=True)
 class ExecResult:
     rc: int | None  # None: the exit status could not be read
     stdout: str
@@ -52,6 +46,8 @@ class ExecResult:
 
 
 class KubeActuator:
+    """The :class:`~elastore.actuators.ports.ClusterPort` of a real cluster."""
+
     def __init__(self, api_client: Any = None) -> None:
         from kubernetes import client
 
@@ -155,8 +151,6 @@ class KubeActuator:
     def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
                   ) -> str | None:
         """The node's ring mode from ``nodetool netstats`` (None: it did not answer)."""
-        from elastore.operator.operation import parse_mode
-
         try:
             res = self.nodetool(ns, pod, container, nodetool, "netstats", timeout_s=60)
         except ElastoreError as exc:

@@ -1,18 +1,23 @@
 """One ElasticPolicy's control loop: observe, decide, act, write the status. Thin: every
-decision is made by the pure rooms (:mod:`elastore.operator.control`,
-:mod:`elastore.operator.operation`, the planner); this module gathers their inputs and
-carries out their outputs.
+decision is made by the pure rooms (the policy loop through
+:mod:`elastore.operator.control`, the node-step state machine
+:mod:`elastore.operator.operation`); this module gathers their inputs and carries out their
+outputs through three seams: the policy's own API (:class:`~.status.PolicyStore`), the
+cluster (:class:`~elastore.actuators.ports.ClusterPort`) and the metrics
+(:class:`~.metrics.MetricsSource`).
 
-Order of a tick:
+A tick, in order:
 
-1. read the policy and its StatefulSet (a bad spec or a missing target is ``Degraded``);
-2. an operation in progress is advanced first; its new state is written to the status
-   *before* its effect is carried out, so a restart finds it;
-3. when a control period is due: metrics, forecast, plan (missing metrics: ``Degraded``,
-   no plan, no action);
-4. if the plan wants other replicas now, no operation runs and the policy is in Enforce
-   mode with evidence, one node step starts (scale-in only after its checks);
-5. in Enforce mode the migration rate is set on every node when it changed.
+1. :meth:`Runner._read` the policy and its StatefulSet (a bad spec or a missing target is
+   ``Degraded``);
+2. :meth:`Runner._continue_operation`: an operation in progress is advanced first; its new
+   state is written to the status *before* its effect is carried out, so a restart finds it;
+3. :meth:`Runner._control_period` when one is due: metrics, forecast, plan (missing
+   metrics: ``Degraded``, no plan, no action); in Enforce mode the migration rate is set on
+   every node when it changed;
+4. :meth:`Runner._start_step`: if the plan wants other replicas now, no operation runs and
+   the policy is in Enforce mode with evidence, one node step starts (scale-in only after
+   its checks).
 
 ``tick`` returns the seconds until it next needs to run: the next planned action, the next
 period, or a short poll while an operation runs.
@@ -27,31 +32,68 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from elastore.errors import ElastoreError
+from elastore.actuators.ports import ClusterPort, StatefulSetFacts
+from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import control, operation
-from elastore.operator.metrics import MetricsError, PrometheusSource, Snapshot
+from elastore.operator.metrics import MetricsSource, PrometheusSource, Snapshot
 from elastore.operator.spec import PolicySpec, SpecError, parse
-from elastore.operator.status import PolicyApi, condition, set_condition
+from elastore.operator.status import PolicyStore, condition, iso, set_condition
 from elastore.operator.telemetry import OperatorMetrics
+from elastore.units import bytes_to_gib
 
 log = logging.getLogger("elastore.operator")
 
 POLL_S = 5.0  # while an operation runs
 RETRY_S = 30.0  # after a failed observation, at most this long until the next try
 
+Conditions = list[dict[str, Any]]
+
+
+def prometheus_source(spec: PolicySpec) -> MetricsSource:
+    if spec.prometheus is None:
+        raise MetricsError("NoMetrics", "spec.metrics.prometheus is not set: there is "
+                                        "nothing to forecast from")
+    return PrometheusSource(spec.prometheus)
+
+
+@dataclass
+class _Tick:
+    """One tick's working state: what was read, and the status being written."""
+
+    body: dict[str, Any]
+    now: float
+    status: dict[str, Any]  # as read
+    conds: Conditions
+    gen: int
+    out: dict[str, Any] = field(default_factory=dict)  # the status patch
+    spec: PolicySpec | None = None
+    sts: StatefulSetFacts | None = None
+    memory: control.Memory = field(default_factory=control.Memory)
+    evidence: bool = False  # the last observation succeeded
+
+    @property
+    def last_decision(self) -> dict[str, Any]:
+        return dict(self.out.get("lastDecision") or self.status.get("lastDecision") or {})
+
+    def cond(self, ctype: str, status: bool, reason: str, message: str) -> None:
+        self.conds = set_condition(self.conds, ctype, status, reason, message, self.now)
+
+
+def _scaling(kind: str) -> str:
+    return "ScalingUp" if kind == "ScaleOut" else "ScalingDown"
+
 
 @dataclass
 class Runner:
     namespace: str
     name: str
-    policies: PolicyApi
-    kube: Any  # KubeActuator
+    policies: PolicyStore
+    kube: ClusterPort
     models: Callable[[PolicySpec], ModelSet]
     telemetry: OperatorMetrics | None = None
     clock: Callable[[], float] = time.time
-    source: Callable[[PolicySpec], Any] = field(
-        default=lambda spec: PrometheusSource(spec.prometheus))
+    source: Callable[[PolicySpec], MetricsSource] = prometheus_source
 
     # ------------------------------------------------------------------------------------------
     def tick(self) -> float:
@@ -59,157 +101,139 @@ class Runner:
         body = self.policies.get(self.namespace, self.name)
         if body is None:
             return math.inf  # deleted: the daemon stops
-        now = self.clock()
         status: dict[str, Any] = dict(body.get("status") or {})
-        conds: list[dict[str, Any]] = list(status.get("conditions") or [])
-        gen = int(body["metadata"].get("generation", 0))
-        out: dict[str, Any] = {"observedGeneration": gen}
+        t = _Tick(body=body, now=self.clock(), status=status,
+                  conds=list(status.get("conditions") or []),
+                  gen=int(body["metadata"].get("generation", 0)))
+        t.out["observedGeneration"] = t.gen
+        wait, degraded = self._steps(t)
+        if degraded is not None:
+            t.cond("Degraded", True, *degraded)
+            t.cond("Ready", False, *degraded)
+        t.out["conditions"] = t.conds
+        self.policies.patch_status(self.namespace, self.name, t.out)
+        if self.telemetry is not None:
+            self.telemetry.degraded.labels(self.namespace, self.name).set(
+                1 if degraded is not None else 0)
+        log.debug("%s/%s tick in %.2f s", self.namespace, self.name, time.monotonic() - t0)
+        return max(1.0, wait)
 
-        def finish(wait: float, degraded: tuple[str, str] | None = None) -> float:
-            nonlocal conds
-            if degraded is not None:
-                conds = set_condition(conds, "Degraded", True, degraded[0], degraded[1], now)
-                conds = set_condition(conds, "Ready", False, degraded[0], degraded[1], now)
-            out["conditions"] = conds
-            self.policies.patch_status(self.namespace, self.name, out)
-            if self.telemetry is not None:
-                self.telemetry.degraded.labels(self.namespace, self.name).set(
-                    1 if degraded is not None else 0)
-            log.debug("%s/%s tick in %.2f s", self.namespace, self.name, time.monotonic() - t0)
-            return max(1.0, wait)
+    def _steps(self, t: _Tick) -> tuple[float, tuple[str, str] | None]:
+        """The tick's steps; the wait until the next, and why the policy is degraded."""
+        degraded = self._read(t)
+        if degraded is not None:
+            return degraded
+        if self._continue_operation(t):
+            return POLL_S, None
+        degraded = self._control_period(t)
+        if degraded is not None:
+            return degraded
+        t.cond("Degraded", False, "Healthy", "metrics and target found")
+        if self._start_step(t):
+            return POLL_S, None
+        return self._next_wait(t), None
 
+    # -- 1. the policy and its target ----------------------------------------------------------
+    def _read(self, t: _Tick) -> tuple[float, tuple[str, str]] | None:
         try:
-            spec = parse(body.get("spec"))
+            t.spec = parse(t.body.get("spec"))
         except SpecError as exc:
-            return finish(60.0, ("InvalidSpec", str(exc)))
-        sts = self.kube.statefulset(self.namespace, spec.target.name)
-        if sts is None:
-            msg = f"StatefulSet {self.namespace}/{spec.target.name} not found"
-            return finish(min(spec.control_period_s, RETRY_S), ("TargetNotFound", msg))
-        out["currentReplicas"] = sts.spec_replicas
+            return 60.0, ("InvalidSpec", str(exc))
+        t.sts = self.kube.statefulset(self.namespace, t.spec.target.name)
+        if t.sts is None:
+            msg = f"StatefulSet {self.namespace}/{t.spec.target.name} not found"
+            return min(t.spec.control_period_s, RETRY_S), ("TargetNotFound", msg)
+        self._current(t, t.sts)
+        return None
+
+    def _current(self, t: _Tick, sts: StatefulSetFacts) -> None:
+        t.sts = sts
+        t.out["currentReplicas"] = sts.spec_replicas
         if self.telemetry is not None:
             self.telemetry.current.labels(self.namespace, self.name).set(sts.spec_replicas)
 
-        # 2. an operation in progress
-        op = operation.OperationState.from_status(status.get("operation"))
-        if op is not None:
-            op, conds, done = self._advance(body, spec, sts, op, conds, now)
-            out["operation"] = None if done else op.to_status()
-            if not done:
-                return finish(POLL_S)
-            sts = self.kube.statefulset(self.namespace, spec.target.name) or sts
-            out["currentReplicas"] = sts.spec_replicas
+    # -- 2. an operation in progress -----------------------------------------------------------
+    def _continue_operation(self, t: _Tick) -> bool:
+        """Advance the operation in the status, if any; True while it still runs."""
+        op = operation.OperationState.from_status(t.status.get("operation"))
+        if op is None:
+            return False
+        assert t.spec is not None and t.sts is not None
+        _, done = self._advance(t, op)
+        if not done:
+            return True
+        sts = self.kube.statefulset(self.namespace, t.spec.target.name)
+        self._current(t, sts or t.sts)
+        return False
 
-        # 3. a control period
-        memory = control.Memory.from_status(status)
-        last = status.get("lastDecision") or {}
-        due = last.get("epoch") is None or now - float(last["epoch"]) >= \
-            spec.control_period_s - 0.5 or last.get("generation") != gen
-        evidence = bool(last.get("ok"))
-        if due:
-            try:
-                decision, snap = self._decide(spec, sts.spec_replicas, memory, now)
-            except (MetricsError, ElastoreError) as exc:
-                reason = exc.reason if isinstance(exc, MetricsError) else "DecisionFailed"
-                out["lastDecision"] = {"epoch": now, "at": control.iso(now), "ok": False,
-                                       "generation": gen, "reason": str(exc)[:500]}
-                # no plan without evidence: a scale-in on missing data never happens
-                out["memory"] = control.Memory(
-                    forecast_rps=None, forecast_for_s=None,
-                    recent_desired=memory.recent_desired).to_status()
-                out["nextAction"] = None
-                conds = set_condition(conds, "Forecasting", False, reason, str(exc), now)
-                was = condition(status.get("conditions") or [], "Degraded") or {}
-                if was.get("reason") != reason:  # an Event when the reason is new
-                    self.policies.event(body, reason, f"no decision: {exc}", warning=True)
-                return finish(min(spec.control_period_s, RETRY_S), (reason, str(exc)))
-            memory = decision.memory
-            evidence = True
-            out.update(self._decision_status(spec, decision, snap, gen))
-            conds = set_condition(conds, "Forecasting", True, "Forecast",
-                                  f"{decision.method}: {decision.forecast_rps:,.0f} req/s at "
-                                  f"{control.iso(decision.forecast_for_s)}", now)
-            self.policies.event(body, "Decision", decision.reason[:1000])
-            if self.telemetry is not None:
-                self._record(decision)
-                self.telemetry.decision_seconds.labels(self.namespace, self.name).observe(
-                    time.monotonic() - t0)
-            if spec.enforce and spec.target.store == "cassandra":
-                conds = self._throttle(body, spec, sts, decision, status, out, conds, now)
-        conds = set_condition(conds, "Degraded", False, "Healthy", "metrics and target found",
-                              now)
+    # -- 3. a control period -------------------------------------------------------------------
+    def _control_period(self, t: _Tick) -> tuple[float, tuple[str, str]] | None:
+        """Decide when a period is due. A failed observation degrades the policy: no plan,
+        so a scale-in on missing data never happens and every scale-out rests on evidence."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        t.memory = control.memory_from_status(t.status)
+        last = t.status.get("lastDecision") or {}
+        t.evidence = bool(last.get("ok"))
+        # after a failed observation every tick retries (they come RETRY_S apart): a policy
+        # is never called healthy on the strength of an observation that failed
+        due = last.get("epoch") is None or not t.evidence or \
+            t.now - float(last["epoch"]) >= spec.control_period_s - 0.5 or \
+            last.get("generation") != t.gen
+        if not due:
+            return None
+        t0 = time.monotonic()
+        try:
+            decision, snap = self._decide(spec, sts.spec_replicas, t.memory, t.now)
+        except (MetricsError, ElastoreError) as exc:
+            return self._no_decision(t, exc)
+        t.memory = decision.memory
+        t.evidence = True
+        t.out.update(self._decision_status(decision, snap, t.gen))
+        t.cond("Forecasting", True, "Forecast",
+               f"{decision.method}: {decision.forecast_rps:,.0f} req/s at "
+               f"{iso(decision.forecast_for_s)}")
+        self.policies.event(t.body, "Decision", decision.reason[:1000])
+        if self.telemetry is not None:
+            self._record(decision)
+            self.telemetry.decision_seconds.labels(self.namespace, self.name).observe(
+                time.monotonic() - t0)
+        if spec.enforce and spec.target.store == "cassandra":
+            self._throttle(t, decision)
+        return None
 
-        # 4. start the next node step when the plan wants it
-        target = control.target_at(memory.actions, now, sts.spec_replicas)
-        nxt = control.next_action(memory.actions, now)
-        if target != sts.spec_replicas:
-            kind: Literal["ScaleOut", "ScaleIn"] = "ScaleOut" if target > sts.spec_replicas \
-                else "ScaleIn"
-            ctype = "ScalingUp" if kind == "ScaleOut" else "ScalingDown"
-            if not spec.enforce:
-                conds = set_condition(conds, ctype, False, "Recommend",
-                                      f"the plan wants {target} replicas now (mode Recommend: "
-                                      "nothing is changed)", now)
-            elif not evidence:
-                conds = set_condition(conds, ctype, False, "NoEvidence",
-                                      "the last observation failed: no action", now)
-            else:
-                refused = self._refuse(spec, sts, kind, status)
-                if refused:
-                    conds = set_condition(conds, ctype, False, "Refused", refused, now)
-                    self.policies.event(body, f"{kind}Refused", refused, warning=True)
-                else:
-                    new = operation.start(kind, spec.target.name, sts.spec_replicas, now, 0.0,
-                                          sts.pvc_template)
-                    conds = set_condition(conds, ctype, True, f"{kind}Started",
-                                          f"{sts.spec_replicas} -> {new.to_replicas}: "
-                                          f"{new.pod}", now)
-                    out["operation"] = new.to_status()
-                    out["conditions"] = conds
-                    self.policies.patch_status(self.namespace, self.name, out)  # intent first
-                    self.policies.event(body, f"{kind}Started",
-                                        f"{sts.spec_replicas} -> {new.to_replicas} replicas "
-                                        f"({new.pod}), planned at "
-                                        f"{control.iso(memory.actions[0].at_s)}")
-                    if self.telemetry is not None:
-                        self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
-                    new, conds, done = self._advance(body, spec, sts, new, conds, now)
-                    out["operation"] = None if done else new.to_status()
-                    return finish(POLL_S)
-        else:
-            for ctype in ("ScalingUp", "ScalingDown"):
-                conds = set_condition(conds, ctype, False, "Idle", "no change under way", now)
-        conds = set_condition(conds, "Ready", True, "Ready",
-                              f"{sts.spec_replicas} replicas; mode {spec.mode}", now)
-        waits = [spec.control_period_s - (now - float((out.get("lastDecision") or last)
-                                                      .get("epoch", now)))]
-        if nxt is not None:
-            waits.append(nxt.at_s - now)
-        return finish(min(waits))
+    def _no_decision(self, t: _Tick, exc: ElastoreError) -> tuple[float, tuple[str, str]]:
+        assert t.spec is not None
+        reason = exc.reason if isinstance(exc, MetricsError) else "DecisionFailed"
+        t.out["lastDecision"] = {"epoch": t.now, "at": iso(t.now), "ok": False,
+                                 "generation": t.gen, "reason": str(exc)[:500]}
+        t.out["memory"] = control.memory_to_status(t.memory.forgetting_the_forecast())
+        t.out["nextAction"] = None
+        t.cond("Forecasting", False, reason, str(exc))
+        was = condition(t.status.get("conditions") or [], "Degraded") or {}
+        if was.get("reason") != reason:  # an Event when the reason is new
+            self.policies.event(t.body, reason, f"no decision: {exc}", warning=True)
+        return min(t.spec.control_period_s, RETRY_S), (reason, str(exc))
 
-    # ------------------------------------------------------------------------------------------
     def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float
                 ) -> tuple[control.Decision, Snapshot]:
-        if spec.prometheus is None:
-            raise MetricsError("NoMetrics", "spec.metrics.prometheus is not set: there is "
-                                            "nothing to forecast from")
         source = self.source(spec)
         snap = source.snapshot(now, control.history_steps(spec.prediction_method),
-                                          spec.prediction_step_s)
+                               spec.prediction_step_s)
         interference = 0.0
         if spec.interference:
             interference = min(1.0, source.scalar("interference", now))
         return control.decide(spec, snap, replicas, self.models(spec), memory,
                               interference=interference), snap
 
-    def _decision_status(self, spec: PolicySpec, d: control.Decision, snap: Snapshot,
-                         gen: int) -> dict[str, Any]:
+    def _decision_status(self, d: control.Decision, snap: Snapshot, gen: int
+                         ) -> dict[str, Any]:
         nxt = control.next_action(d.actions, d.now_s)
         due = [a for a in d.actions if a.at_s <= d.now_s]
         act = nxt or (due[-1] if due else None)
         return {
             "forecast": {"requestsPerSecond": round(d.forecast_rps, 3),
-                         "at": control.iso(d.forecast_for_s), "method": d.method,
+                         "at": iso(d.forecast_for_s), "method": d.method,
                          "display": f"{d.forecast_rps:,.0f} req/s"},
             "observed": {"requestsPerSecond": round(snap.load_rps, 3),
                          "readRatio": round(snap.read_ratio, 4),
@@ -218,24 +242,104 @@ class Runner:
             "forecastError": None if d.forecast_error is None else round(d.forecast_error, 4),
             "desiredReplicas": d.desired_replicas,
             "nextAction": None if act is None else {
-                "replicas": act.replicas, "at": control.iso(act.at_s), "reason": act.reason},
+                "replicas": act.replicas, "at": iso(act.at_s), "reason": act.reason},
             "recommendedMiBps": round(d.migration_mibps, 3),
-            "lastDecision": {"epoch": d.now_s, "at": control.iso(d.now_s), "ok": True,
+            "lastDecision": {"epoch": d.now_s, "at": iso(d.now_s), "ok": True,
                              "generation": gen, "reason": d.reason[:2000]},
-            "memory": d.memory.to_status(),
+            "memory": control.memory_to_status(d.memory),
         }
 
     def _record(self, d: control.Decision) -> None:
-        t = self.telemetry
-        assert t is not None
-        t.forecast.labels(self.namespace, self.name).set(d.forecast_rps)
+        tm = self.telemetry
+        assert tm is not None
+        tm.forecast.labels(self.namespace, self.name).set(d.forecast_rps)
         if d.forecast_error is not None:
-            t.forecast_error.labels(self.namespace, self.name).set(d.forecast_error)
-        t.desired.labels(self.namespace, self.name).set(d.desired_replicas)
-        t.migration.labels(self.namespace, self.name).set(d.migration_mibps)
+            tm.forecast_error.labels(self.namespace, self.name).set(d.forecast_error)
+        tm.desired.labels(self.namespace, self.name).set(d.desired_replicas)
+        tm.migration.labels(self.namespace, self.name).set(d.migration_mibps)
 
-    def _refuse(self, spec: PolicySpec, sts: Any, kind: str, status: dict[str, Any]
-                ) -> str | None:
+    def _throttle(self, t: _Tick, d: control.Decision) -> None:
+        """Set the decided migration rate on every node when it moved (Enforce mode)."""
+        from elastore.actuators.nodetool import stream_setting
+
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        want = min(max(d.migration_mibps, spec.min_migration_mibps), spec.max_migration_mibps)
+        _, applied = stream_setting(want)
+        prev = t.status.get("migrationMiBps")
+        if prev is not None and abs(float(prev) - applied) < 1e-6:
+            return
+        pods = [f"{spec.target.name}-{k}" for k in range(sts.spec_replicas)]
+        try:
+            got = self.kube.set_stream_throughput(self.namespace, pods, spec.target.container,
+                                                  spec.target.nodetool, want)
+        except ElastoreError as exc:
+            self.policies.event(t.body, "ThrottleFailed", str(exc), warning=True)
+            t.cond("Throttling", False, "ThrottleFailed", str(exc))
+            return
+        t.out["migrationMiBps"] = got
+        self.policies.event(t.body, "Throttle", f"stream throughput {got:.3f} MiB/s on "
+                                                f"{len(pods)} node(s)")
+        t.cond("Throttling", got < spec.max_migration_mibps, "Throttle",
+               f"migration at {got:.3f} MiB/s per node")
+
+    # -- 4. the next node step -----------------------------------------------------------------
+    def _start_step(self, t: _Tick) -> bool:
+        """Start the node step the plan wants now, if it may; True if one started."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        target = control.target_at(t.memory.actions, t.now, sts.spec_replicas)
+        if target == sts.spec_replicas:
+            for ctype in ("ScalingUp", "ScalingDown"):
+                t.cond(ctype, False, "Idle", "no change under way")
+            t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
+            return False
+        kind: Literal["ScaleOut", "ScaleIn"] = "ScaleOut" if target > sts.spec_replicas \
+            else "ScaleIn"
+        ctype = _scaling(kind)
+        if not spec.enforce:
+            t.cond(ctype, False, "Recommend", f"the plan wants {target} replicas now (mode "
+                                              "Recommend: nothing is changed)")
+        elif not t.evidence:
+            t.cond(ctype, False, "NoEvidence", "the last observation failed: no action")
+        elif (refused := self._refuse(spec, sts, kind, t.status)) is not None:
+            t.cond(ctype, False, "Refused", refused)
+            self.policies.event(t.body, f"{kind}Refused", refused, warning=True)
+        else:
+            self._begin(t, kind)
+            return True
+        t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
+        return False
+
+    def _begin(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"]) -> None:
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        new = operation.start(kind, spec.target.name, sts.spec_replicas, t.now, 0.0,
+                              sts.pvc_template)
+        t.cond(_scaling(kind), True, f"{kind}Started",
+               f"{sts.spec_replicas} -> {new.to_replicas}: {new.pod}")
+        t.out["operation"] = new.to_status()
+        t.out["conditions"] = t.conds
+        self.policies.patch_status(self.namespace, self.name, t.out)  # intent first
+        self.policies.event(t.body, f"{kind}Started",
+                            f"{sts.spec_replicas} -> {new.to_replicas} replicas ({new.pod}), "
+                            f"planned at {iso(t.memory.actions[0].at_s)}")
+        if self.telemetry is not None:
+            self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
+        self._advance(t, new)
+
+    def _next_wait(self, t: _Tick) -> float:
+        assert t.spec is not None
+        last = t.last_decision
+        waits = [t.spec.control_period_s - (t.now - float(last.get("epoch", t.now)))]
+        nxt = control.next_action(t.memory.actions, t.now)
+        if nxt is not None:
+            waits.append(nxt.at_s - t.now)
+        return min(waits)
+
+    # -- checks and node steps -----------------------------------------------------------------
+    def _refuse(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str,
+                status: dict[str, Any]) -> str | None:
         """Why a node step may not start (None: it may)."""
         if spec.target.store != "cassandra":
             return (f"store {spec.target.store}: this version forecasts and recommends for it "
@@ -255,14 +359,17 @@ class Runner:
             per_node = float(data) / (sts.spec_replicas - 1)
             room = (1 - spec.min_free_fraction) * sts.volume_bytes
             if per_node > room:
-                return (f"free-space check: {per_node / 2**30:.1f} GiB per node after the "
-                        f"decommission would leave less than {spec.min_free_fraction:.0%} of "
-                        f"{sts.volume_bytes / 2**30:.1f} GiB free")
+                return (f"free-space check: {bytes_to_gib(per_node):.1f} GiB per node after "
+                        f"the decommission would leave less than {spec.min_free_fraction:.0%} "
+                        f"of {bytes_to_gib(sts.volume_bytes):.1f} GiB free")
         return None
 
-    def _advance(self, body: dict[str, Any], spec: PolicySpec, sts: Any,
-                 op: operation.OperationState, conds: list[dict[str, Any]], now: float
-                 ) -> tuple[operation.OperationState, list[dict[str, Any]], bool]:
+    def _advance(self, t: _Tick, op: operation.OperationState
+                 ) -> tuple[operation.OperationState, bool]:
+        """One step of the operation: observe, decide the next state (pure), write it, then
+        carry out its effect. Updates ``t.out["operation"]``."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
         exists, ready = self.kube.pod(self.namespace, op.pod)
         mode = self.kube.node_mode(self.namespace, op.pod, spec.target.container,
                                    spec.target.nodetool) if exists else None
@@ -270,14 +377,14 @@ class Runner:
             "Cleanup" else None
         facts = operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc)
         try:
-            new, effect, done = operation.advance(op, facts, now, spec.pvc_policy)
+            new, effect, done = operation.advance(op, facts, t.now, spec.pvc_policy)
         except ElastoreError as exc:
-            ctype = "ScalingUp" if op.kind == "ScaleOut" else "ScalingDown"
-            conds = set_condition(conds, ctype, True, "Stuck", str(exc), now)
-            self.policies.event(body, "OperationStuck", str(exc), warning=True)
-            return op, conds, False
+            t.cond(_scaling(op.kind), True, "Stuck", str(exc))
+            self.policies.event(t.body, "OperationStuck", str(exc), warning=True)
+            t.out["operation"] = op.to_status()
+            return op, False
         if new.phase != op.phase:
-            self.policies.event(body, f"{op.kind}{new.phase}", new.message)
+            self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
         # the state first, then the effect: a restart in between repeats nothing harmful
         self.policies.patch_status(self.namespace, self.name,
                                    {"operation": None if done else new.to_status()})
@@ -288,30 +395,6 @@ class Runner:
                                          spec.target.nodetool)
         elif effect == "delete-pvc" and new.pvc:
             self.kube.delete_pvc(self.namespace, new.pvc)
-        ctype = "ScalingUp" if op.kind == "ScaleOut" else "ScalingDown"
-        conds = set_condition(conds, ctype, not done, f"{op.kind}{new.phase}", new.message, now)
-        return new, conds, done
-
-    def _throttle(self, body: dict[str, Any], spec: PolicySpec, sts: Any,
-                  d: control.Decision, status: dict[str, Any], out: dict[str, Any],
-                  conds: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
-        """Set the decided migration rate on every node when it moved (Enforce mode)."""
-        from elastore.actuators.stream import stream_setting
-
-        want = min(max(d.migration_mibps, spec.min_migration_mibps), spec.max_migration_mibps)
-        _, applied = stream_setting(want)
-        prev = status.get("migrationMiBps")
-        if prev is not None and abs(float(prev) - applied) < 1e-6:
-            return conds
-        pods = [f"{spec.target.name}-{k}" for k in range(sts.spec_replicas)]
-        try:
-            got = self.kube.set_stream_throughput(self.namespace, pods, spec.target.container,
-                                                  spec.target.nodetool, want)
-        except ElastoreError as exc:
-            self.policies.event(body, "ThrottleFailed", str(exc), warning=True)
-            return set_condition(conds, "Throttling", False, "ThrottleFailed", str(exc), now)
-        out["migrationMiBps"] = got
-        self.policies.event(body, "Throttle", f"stream throughput {got:.3f} MiB/s on "
-                                              f"{len(pods)} node(s)")
-        return set_condition(conds, "Throttling", got < spec.max_migration_mibps, "Throttle",
-                             f"migration at {got:.3f} MiB/s per node", now)
+        t.cond(_scaling(op.kind), not done, f"{op.kind}{new.phase}", new.message)
+        t.out["operation"] = None if done else new.to_status()
+        return new, done

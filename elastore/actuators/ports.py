@@ -1,0 +1,52 @@
+"""What the operator asks of a cluster, as a typed seam (:class:`ClusterPort`).
+
+Two implementations: :class:`elastore.actuators.k8s.KubeActuator` (the Kubernetes API) and
+:class:`elastore.sim.kube.SimulatedKube` (the simulator's cluster, which also serves the
+operator's tests without an API server). The operator's runner sees only this protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class StatefulSetFacts:
+    name: str
+    spec_replicas: int
+    ready_replicas: int
+    replicas: int  # pods that exist
+    pvc_template: str | None  # the first volumeClaimTemplate's name
+    volume_bytes: float | None  # its requested size
+
+
+class ClusterPort(Protocol):
+    """The reads and effects of one storage StatefulSet and its pods. Every method names
+    what failed with an :class:`~elastore.errors.ElastoreError`; none decides anything."""
+
+    def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
+        """The StatefulSet's replicas and volume template; None if it does not exist."""
+
+    def scale(self, ns: str, name: str, replicas: int) -> None:
+        """Set ``spec.replicas`` (the scale subresource)."""
+
+    def pod(self, ns: str, name: str) -> tuple[bool, bool]:
+        """(exists, ready); a pod being deleted exists and is not ready."""
+
+    def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
+                  ) -> str | None:
+        """The pod's node's ring mode (``nodetool netstats``); None if it did not answer."""
+
+    def start_decommission(self, ns: str, pod: str, container: str,
+                           nodetool: tuple[str, ...]) -> None:
+        """Issue ``nodetool decommission`` without waiting for it."""
+
+    def set_stream_throughput(self, ns: str, pods: list[str], container: str,
+                              nodetool: tuple[str, ...], mibps: float) -> float:
+        """Every listed node's outgoing stream throttle; the MiB/s actually set."""
+
+    def pvc_exists(self, ns: str, name: str) -> bool: ...
+
+    def delete_pvc(self, ns: str, name: str) -> None:
+        """Delete a PVC (one already gone is not an error)."""

@@ -1,0 +1,262 @@
+"""The simulated cluster behind the operator's seams, so the operator's own runner
+(:class:`elastore.operator.runner.Runner`) can run without an API server: in the pure
+operator tests, and in the simulator as the ``operator`` controller.
+
+* :class:`SimulatedKube` is a :class:`~elastore.actuators.ports.ClusterPort` over the
+  simulator's :class:`~elastore.sim.engine.Cluster`: a StatefulSet whose pod ``<name>-k`` is
+  node k. Scaling out adds a pod that boots (not ready, its node not answering), then
+  joins (ready, JOINING, streaming its share) and serves (NORMAL). ``nodetool
+  decommission`` of the highest node makes it stream its data away (LEAVING) and leave the
+  ring (DECOMMISSIONED); its pod goes when the replicas are lowered. Lowering the replicas
+  under a node that still holds data is recorded in :attr:`SimulatedKube.violations` (on a
+  real cluster: lost replicas).
+* :class:`TraceMetrics` is a :class:`~elastore.operator.metrics.MetricsSource` answering from
+  the replayed load.
+* :class:`MemoryPolicies` is a :class:`~elastore.operator.status.PolicyStore` holding one
+  ElasticPolicy in memory, with the API server's merge-patch semantics for the status.
+
+Time is the caller's: :meth:`SimulatedKube.advance` moves the cluster ``dt`` seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from elastore.actuators.nodetool import stream_setting
+from elastore.actuators.ports import StatefulSetFacts
+from elastore.errors import ElastoreError, MetricsError
+from elastore.operator.metrics import Snapshot
+from elastore.sim.engine import Cluster
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class SimulatedKube:
+    """One StatefulSet ``namespace/name`` over a simulated :class:`Cluster`."""
+
+    def __init__(self, cluster: Cluster, namespace: str, name: str, *,
+                 pvc_template: str | None = "data", volume_bytes: float | None = None,
+                 stream_mibps: float = 24.0) -> None:
+        self.cluster = cluster
+        self.namespace, self.name = namespace, name
+        self.spec_replicas = cluster.serving
+        self.pvc_template = pvc_template
+        self.volume_bytes = volume_bytes
+        self.stream_mibps = stream_mibps  # every node's stream throttle
+        self.decommissioned: set[int] = set()  # nodes that left the ring; their pod remains
+        self.pvcs = {self._pvc(k) for k in range(self.spec_replicas)} - {None}
+        self._leaving: int | None = None  # the node a decommission was issued for
+        self.now_s = 0.0
+        self.calls: list[tuple[float, str]] = []  # every effect asked for, in order
+        self.violations: list[str] = []
+
+    def _pvc(self, k: int) -> str | None:
+        return f"{self.pvc_template}-{self.name}-{k}" if self.pvc_template else None
+
+    def _ordinal(self, ns: str, pod: str) -> int | None:
+        prefix = f"{self.name}-"
+        if ns != self.namespace or not pod.startswith(prefix) or \
+                not pod[len(prefix):].isdigit():
+            return None
+        k = int(pod[len(prefix):])
+        return k if k < self.spec_replicas else None
+
+    # -- time --------------------------------------------------------------------------------------
+    def advance(self, now_s: float, dt: float) -> tuple[str, float, int]:
+        """Move the cluster from ``now_s`` by ``dt`` s at the throttle in force; returns
+        what :meth:`Cluster.step` does. (The simulator's replay steps the cluster itself and
+        sets :attr:`now_s`.)"""
+        self.now_s = now_s
+        out = self.cluster.step(now_s, dt, self.stream_mibps)
+        self.now_s = now_s + dt
+        return out
+
+    def _sync(self) -> None:
+        """A decommissioned node has left the ring once the cluster no longer counts it."""
+        c = self.cluster
+        k = self._leaving
+        if k is not None and c.serving <= k and (c.op is None or c.op.kind != "remove"):
+            self.decommissioned.add(k)
+            self._leaving = None
+
+    # -- ClusterPort -------------------------------------------------------------------------------
+    def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
+        self._sync()
+        if (ns, name) != (self.namespace, self.name):
+            return None
+        ready = sum(self._ready(k) for k in range(self.spec_replicas))
+        return StatefulSetFacts(name, self.spec_replicas, ready, self.spec_replicas,
+                                self.pvc_template, self.volume_bytes)
+
+    def _booting(self, k: int) -> bool:
+        """Pod k exists but its node is not up yet (only the next node boots at a time)."""
+        c = self.cluster
+        if k < c.serving or k in self.decommissioned:
+            return False
+        op = c.op
+        return not (k == c.serving and op is not None and op.kind == "add"
+                    and op.boot_left_s <= 0)
+
+    def _ready(self, k: int) -> bool:
+        return k not in self.decommissioned and not self._booting(k)
+
+    def scale(self, ns: str, name: str, replicas: int) -> None:
+        self._sync()
+        if (ns, name) != (self.namespace, self.name):
+            raise ElastoreError(f"no StatefulSet {ns}/{name}")
+        self.calls.append((self.now_s, f"scale {replicas}"))
+        if replicas > self.spec_replicas:
+            for k in range(self.spec_replicas, replicas):
+                if (pvc := self._pvc(k)) is not None:
+                    self.pvcs.add(pvc)
+            self.cluster.target = max(self.cluster.target, replicas)
+        for k in range(replicas, self.spec_replicas):  # pods removed
+            if k in self.decommissioned:
+                self.decommissioned.discard(k)
+            elif k < self.cluster.serving:
+                self.violations.append(f"{self.now_s:.0f} s: pod {self.name}-{k} removed while "
+                                       "its node still held data")
+                self.cluster.target = min(self.cluster.target, k)
+        self.spec_replicas = replicas
+
+    def pod(self, ns: str, name: str) -> tuple[bool, bool]:
+        self._sync()
+        k = self._ordinal(ns, name)
+        return (False, False) if k is None else (True, self._ready(k))
+
+    def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
+                  ) -> str | None:
+        self._sync()
+        k = self._ordinal(ns, pod)
+        c = self.cluster
+        if k is None:
+            return None
+        if k in self.decommissioned:
+            return "DECOMMISSIONED"
+        if c.op is not None and c.op.kind == "remove" and k == c.serving - 1:
+            return "LEAVING"
+        if k < c.serving:
+            return "NORMAL"
+        return None if self._booting(k) else "JOINING"
+
+    def start_decommission(self, ns: str, pod: str, container: str,
+                           nodetool: tuple[str, ...]) -> None:
+        self._sync()
+        k = self._ordinal(ns, pod)
+        self.calls.append((self.now_s, f"decommission {pod}"))
+        c = self.cluster
+        if k is None or k != c.serving - 1 or (c.op is not None and c.op.kind == "add"):
+            self.violations.append(f"{self.now_s:.0f} s: decommission of {pod} refused "
+                                   "(not the last serving node, or a node is joining)")
+            return
+        c.target = min(c.target, k)
+        self._leaving = k
+
+    def set_stream_throughput(self, ns: str, pods: list[str], container: str,
+                              nodetool: tuple[str, ...], mibps: float) -> float:
+        _, applied = stream_setting(mibps)
+        self.calls.append((self.now_s, f"setstreamthroughput {applied:.3f}"))
+        self.stream_mibps = applied
+        return applied
+
+    def pvc_exists(self, ns: str, name: str) -> bool:
+        return ns == self.namespace and name in self.pvcs
+
+    def delete_pvc(self, ns: str, name: str) -> None:
+        self.calls.append((self.now_s, f"delete pvc {name}"))
+        self.pvcs.discard(name)
+
+
+@dataclass
+class TraceMetrics:
+    """The load of a replay, as Prometheus would give it: ``load_rps(t)`` now, and its
+    history sampled at the end of every step (NaN outside ``[start_s, end_s]``)."""
+
+    load_rps: Callable[[float], float]
+    read_ratio: float
+    data_bytes: Callable[[], float]
+    start_s: float
+    end_s: float
+    interference: Callable[[float], float] | None = None
+    queries: int = 0
+
+    @classmethod
+    def piecewise_linear(cls, times_s: FloatArray, values_rps: FloatArray,
+                         read_ratio: float, data_bytes: Callable[[], float],
+                         interference: Callable[[float], float] | None = None
+                         ) -> TraceMetrics:
+        t = np.asarray(times_s, dtype=float)
+        v = np.asarray(values_rps, dtype=float)
+        return cls(lambda x: float(np.interp(x, t, v)), read_ratio, data_bytes,
+                   float(t[0]), float(t[-1]), interference)
+
+    def _at(self, t: float) -> float:
+        return self.load_rps(t) if self.start_s - 1e-9 <= t <= self.end_s + 1e-9 else np.nan
+
+    def snapshot(self, at_s: float, steps: int, step_s: float) -> Snapshot:
+        self.queries += 1
+        load = self._at(at_s)
+        if not np.isfinite(load):
+            raise MetricsError("MetricsMissing", f"no load at {at_s:.0f} s in the replay")
+        hist = np.array([self._at(at_s - (steps - 1 - j) * step_s) for j in range(steps)])
+        return Snapshot(at_s=at_s, load_rps=load, read_ratio=self.read_ratio,
+                        data_bytes=self.data_bytes(), migration_mibps=None,
+                        history_rps=hist, step_s=step_s)
+
+    def scalar(self, name: str, at_s: float) -> float:
+        if name == "interference" and self.interference is not None:
+            return float(self.interference(at_s))
+        raise MetricsError("MetricsMissing", f"the replay has no {name!r} series")
+
+
+def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """RFC 7386 JSON merge patch, in place (what the API server applies to a status)."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            merge_patch(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+@dataclass
+class MemoryPolicies:
+    """One ElasticPolicy held in memory; its Events are kept in :attr:`events`."""
+
+    body: dict[str, Any]
+    events: list[tuple[str, str, bool]] = field(default_factory=list)
+    deleted: bool = False
+
+    @classmethod
+    def of(cls, namespace: str, name: str, spec: dict[str, Any]) -> MemoryPolicies:
+        return cls({"apiVersion": "elastore.io/v1alpha1", "kind": "ElasticPolicy",
+                    "metadata": {"namespace": namespace, "name": name, "generation": 1,
+                                 "uid": f"sim-{namespace}-{name}"},
+                    "spec": copy.deepcopy(spec), "status": {}})
+
+    def _is(self, ns: str, name: str) -> bool:
+        meta = self.body["metadata"]
+        return not self.deleted and (meta["namespace"], meta["name"]) == (ns, name)
+
+    def get(self, ns: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.body) if self._is(ns, name) else None
+
+    def patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        if not self._is(ns, name):
+            raise ElastoreError(f"no ElasticPolicy {ns}/{name}")
+        merge_patch(self.body.setdefault("status", {}), status)
+
+    def event(self, body: dict[str, Any], reason: str, message: str,
+              warning: bool = False) -> None:
+        self.events.append((reason, message, warning))
+
+    @property
+    def status(self) -> dict[str, Any]:
+        return dict(self.body.get("status") or {})

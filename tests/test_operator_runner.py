@@ -1,0 +1,181 @@
+"""The operator's runner, unchanged, without an API server: the simulator's cluster behind
+its ClusterPort (elastore.sim.kube.SimulatedKube), the replayed load behind its
+MetricsSource, the policy in memory. The real-API-server versions of these scenarios are in
+test_operator_k8s.py and test_operator_e2e.py; these run in a second."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from elastore.errors import MetricsError
+from elastore.models import ModelSet
+from elastore.operator.metrics import Snapshot
+from elastore.operator.runner import Runner
+from elastore.resources import builtin_model
+from elastore.sim.engine import Cluster
+from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics, merge_patch
+from elastore.units import GIB
+
+NS, POLICY, STS = "shop", "orders", "db"
+SPEC: dict[str, Any] = {
+    "target": {"name": STS, "replicationFactor": 3},
+    "replicas": {"min": 3, "max": 8},
+    "slo": {"latencyMs": 30},
+    "mode": "Enforce",
+    "controlPeriod": "60s",
+    "prediction": {"method": "persistence", "horizon": "60s", "step": "60s"},
+    "migration": {"nodeOverheadSeconds": 0},
+    "scaleDown": {"stabilizationSeconds": 120},
+    "metrics": {"prometheus": {"url": "http://127.0.0.1:1"}},
+}
+
+
+@pytest.fixture(scope="module")
+def ms() -> ModelSet:
+    return ModelSet.load(builtin_model("placeholder"))
+
+
+class Rig:
+    """A policy, its simulated StatefulSet and the load, driven in 5 s steps."""
+
+    def __init__(self, ms: ModelSet, load: Callable[[float], float], mode: str = "Enforce",
+                 start_s: float = -3600.0) -> None:
+        spec = copy.deepcopy(SPEC)
+        spec["mode"] = mode
+        self.cluster = Cluster.balanced(3, 3 * GIB, boot_s=30.0)
+        self.kube = SimulatedKube(self.cluster, NS, STS, volume_bytes=100 * GIB)
+        self.policies = MemoryPolicies.of(NS, POLICY, spec)
+        self.metrics = TraceMetrics(load, 0.95, self.cluster.total_bytes, start_s, 1e9)
+        self.ms = ms
+        self.runner = self.new_runner()
+        self.next_s = 0.0
+        self.t = 0.0
+
+    def new_runner(self) -> Runner:
+        return Runner(NS, POLICY, self.policies, self.kube, lambda _spec: self.ms,
+                      clock=lambda: self.kube.now_s, source=lambda _spec: self.metrics)
+
+    def run(self, until_s: float, dt: float = 5.0, stop: Callable[[], bool] | None = None
+            ) -> None:
+        while self.t < until_s:
+            self.kube.now_s = self.t
+            if self.t >= self.next_s:
+                self.next_s = self.t + self.runner.tick()
+            self.kube.advance(self.t, dt)
+            self.t += dt
+            if stop is not None and stop():
+                return
+
+    def calls(self, what: str) -> list[str]:
+        return [c for _, c in self.kube.calls if c.startswith(what)]
+
+    def cond(self, ctype: str) -> dict[str, Any]:
+        return next(c for c in self.policies.status["conditions"] if c["type"] == ctype)
+
+
+def per_server(ms: ModelSet) -> float:
+    return float(ms.capacity.capacity(0.95, 0, 0)) * 0.9
+
+
+def day(ms: ModelSet) -> Callable[[float], float]:
+    """2.5 servers' worth, up to 4.6 from 5 to 15 min, back to 2.5 from 30 min."""
+    c = per_server(ms)
+
+    def load(t: float) -> float:
+        if t < 300:
+            return 2.5 * c
+        if t < 900:
+            return c * (2.5 + 2.1 * (t - 300) / 600)
+        if t < 1800:
+            return 4.6 * c
+        return c * max(2.5, 4.6 - 2.1 * (t - 1800) / 300)
+
+    return load
+
+
+def test_enforce_scales_out_then_in_node_by_node_and_loses_nothing(ms: ModelSet) -> None:
+    rig = Rig(ms, day(ms))
+    peak = 3
+    while rig.t < 3600:
+        rig.run(rig.t + 60)
+        peak = max(peak, rig.kube.spec_replicas)
+    assert peak == 5 and rig.kube.spec_replicas == 3, rig.kube.calls
+    assert rig.kube.violations == []
+    # every scale-in decommissioned its node exactly once, before its pod went
+    assert rig.calls("decommission") == ["decommission db-4", "decommission db-3"]
+    assert rig.calls("scale") == ["scale 4", "scale 5", "scale 4", "scale 3"]
+    assert rig.calls("setstreamthroughput")  # BwMan's rate, set in Enforce mode
+    st = rig.policies.status
+    assert st.get("operation") is None and rig.cond("Ready")["status"] == "True"
+    reasons = [r for r, _, _ in rig.policies.events]
+    assert reasons.count("ScaleOutStarted") == 2 and reasons.count("ScaleInStarted") == 2
+    assert rig.cluster.total_bytes() == pytest.approx(3 * GIB)
+
+
+def test_recommend_changes_nothing_and_says_what_it_would_do(ms: ModelSet) -> None:
+    rig = Rig(ms, day(ms), mode="Recommend")
+    rig.run(1200)
+    assert rig.kube.calls == [] and rig.kube.spec_replicas == 3
+    st = rig.policies.status
+    assert st["desiredReplicas"] == 5 and st["nextAction"]["replicas"] >= 4
+    up = rig.cond("ScalingUp")
+    assert (up["status"], up["reason"]) == ("False", "Recommend")
+
+
+def test_missing_metrics_degrade_the_policy_and_nothing_is_done(ms: ModelSet) -> None:
+    """No load series until 10 min: Degraded (MetricsMissing), no plan, no action; then the
+    data arrives and the policy recovers."""
+    c = per_server(ms)
+    rig = Rig(ms, lambda t: 4.6 * c, start_s=600.0)
+    rig.run(300)
+    deg = rig.cond("Degraded")
+    assert (deg["status"], deg["reason"]) == ("True", "MetricsMissing")
+    assert rig.kube.calls == [] and rig.policies.status["memory"].get("forecastRps") is None
+    assert [r for r, _, w in rig.policies.events if w] == ["MetricsMissing"]  # once
+    rig.run(1200)
+    assert rig.cond("Degraded")["status"] == "False" and rig.kube.spec_replicas > 3
+
+
+def test_a_restarted_operator_resumes_a_decommission_without_repeating_it(
+        ms: ModelSet) -> None:
+    rig = Rig(ms, day(ms))
+    rig.run(3600, stop=lambda: bool(rig.calls("decommission")))
+    assert rig.calls("decommission") == ["decommission db-4"]
+    rig.runner = rig.new_runner()  # a new replica: nothing but the status carries over
+    rig.run(3600)
+    assert rig.calls("decommission") == ["decommission db-4", "decommission db-3"]
+    assert rig.kube.violations == [] and rig.kube.spec_replicas == 3
+
+
+def test_the_simulated_cluster_records_what_a_real_one_would_lose(ms: ModelSet) -> None:
+    """Lowering the replicas under a node that still holds data, or decommissioning a node
+    that is not the last, is recorded as a violation (the runner never does either)."""
+    kube = SimulatedKube(Cluster.balanced(4, GIB, boot_s=0.0), NS, STS)
+    assert kube.node_mode(NS, "db-3", "c", ("nodetool",)) == "NORMAL"
+    kube.start_decommission(NS, "db-1", "c", ("nodetool",))
+    kube.scale(NS, STS, 3)
+    assert len(kube.violations) == 2
+    assert kube.pod(NS, "db-3") == (False, False)
+
+
+def test_trace_metrics_never_read_a_missing_value_as_zero() -> None:
+    m = TraceMetrics(lambda t: 100.0, 0.9, lambda: 1.0, start_s=0.0, end_s=600.0)
+    snap: Snapshot = m.snapshot(600.0, 3, 300.0)
+    assert list(snap.history_rps) == [100.0, 100.0, 100.0]
+    assert snap.history_rps[0] == 100.0
+    early = m.snapshot(300.0, 3, 300.0).history_rps
+    assert early[0] != early[0] and list(early[1:]) == [100.0, 100.0]  # NaN, not 0
+    with pytest.raises(MetricsError, match="no load"):
+        m.snapshot(700.0, 3, 300.0)
+    with pytest.raises(MetricsError, match="interference"):
+        m.scalar("interference", 0.0)
+
+
+def test_merge_patch_is_the_api_servers() -> None:
+    doc: dict[str, Any] = {"a": {"b": 1, "c": 2}, "d": [1, 2], "e": 5}
+    merge_patch(doc, {"a": {"b": None, "x": 3}, "d": [3], "e": None})
+    assert doc == {"a": {"c": 2, "x": 3}, "d": [3]}
