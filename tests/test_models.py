@@ -25,6 +25,7 @@ from elastore.models import (
 )
 from elastore.models.bandwidth import fit_bandwidth
 from elastore.models.synthetic import LatencyLaw, bandwidth_profile, sample_profile
+from elastore.resources import builtin_model
 from elastore.units import MBIT_PER_MIBPS, mbit_to_mibps, mibps_to_mbit
 
 register()
@@ -360,7 +361,7 @@ def test_shipped_lab_model_is_the_fit_of_the_committed_profile(tmp_path: Path) -
         "-o", str(tmp_path / "m.json")], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     mine = ModelSet.load(tmp_path / "m.json")
-    shipped = ModelSet.load(root / "elastore" / "models" / "data" / "lab-profile.json")
+    shipped = ModelSet.load(builtin_model("lab"))
     assert np.allclose(mine.capacity.log_latency, shipped.capacity.log_latency, atol=1e-6)
     assert mine.bandwidth.to_json() == shipped.bandwidth.to_json()
 

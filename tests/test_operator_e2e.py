@@ -50,6 +50,7 @@ from testbed.forward import Forwarder
 from testbed.k8s import ControlPlane
 
 from elastore.lab import lab, netns
+from elastore.resources import builtin_model
 
 pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
 LAB_NS = f"elastore-test-op-{os.getpid()}"
@@ -59,8 +60,7 @@ HOUR_S = 20.0  # replay seconds per trace hour
 STEP = "20s"  # the predictor's step: one trace hour
 HEADROOM = 0.1
 STABILIZATION_S = 40
-MODEL = Path(__file__).resolve().parent.parent / "elastore" / "models" / "data" / \
-    "lab-profile.json"
+MODEL = builtin_model("lab")
 
 assert CRDS.is_dir()
 

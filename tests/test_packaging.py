@@ -5,6 +5,7 @@ bed (the control-plane builder, kwok's exec stand-in, the port forwarder)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -18,8 +19,15 @@ TESTBED = ("k8s", "podexec", "forward")
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from what the Dockerfile copies (pyproject.toml, README.md,
+    elastore/), in a copy, so the build leaves nothing in the checkout."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "elastore", src / "elastore",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(REPO), "--no-deps",
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps",
                           "--no-build-isolation", "-q", "-w", str(out)],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr[-2000:]

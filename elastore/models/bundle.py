@@ -17,10 +17,11 @@ import numpy.typing as npt
 
 from elastore.models.bandwidth import BandwidthModels, fit_bandwidth
 from elastore.models.capacity import SAMPLE_COLUMNS, CapacityModel, ModelError, fit_capacity
+from elastore.units import MIB, bytes_to_mib
 
 FORMAT = "elastore.models"
 VERSION = 1
-MAX_BYTES = 16 * 1024 * 1024
+MAX_BYTES = 16 * MIB
 FloatArray = npt.NDArray[np.float64]
 
 
@@ -52,7 +53,7 @@ class ModelSet:
     @classmethod
     def loads(cls, text: str | bytes, where: str = "<model>") -> ModelSet:
         if len(text) > MAX_BYTES:
-            raise ModelError(f"model document larger than {MAX_BYTES // 2**20} MiB", where)
+            raise ModelError(f"model document larger than {bytes_to_mib(MAX_BYTES):g} MiB", where)
         try:
             doc = json.loads(text)
         except ValueError as exc:
@@ -74,7 +75,7 @@ class ModelSet:
         if not path.is_file():
             raise ModelError("no such model file", str(path))
         if path.stat().st_size > MAX_BYTES:
-            raise ModelError(f"model file larger than {MAX_BYTES // 2**20} MiB", str(path))
+            raise ModelError(f"model file larger than {bytes_to_mib(MAX_BYTES):g} MiB", str(path))
         return cls.loads(path.read_bytes(), str(path))
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from elastore.errors import ElastoreError
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
+from elastore.units import MIB
 
 GROUP = "elastore.io"
 VERSION = "v1alpha1"
@@ -33,7 +34,7 @@ DEFAULT_QUERIES = {
     "writeRps": 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
                 '{{name="Latency",scope="Write"{selector}}}[1m]))',
     "migrationMiBps": 'sum(rate(org_apache_cassandra_metrics_streaming_count'
-                      '{{name="TotalOutgoingBytes"{selector}}}[1m])) / 1048576',
+                      '{{name="TotalOutgoingBytes"{selector}}}[1m])) / ' + str(MIB),
     "dataBytes": 'sum(org_apache_cassandra_metrics_storage_count{{name="Load"{selector}}})',
     "freshness": 'max(timestamp(org_apache_cassandra_metrics_clientrequest_count'
                  '{{name="Latency",scope="Read"{selector}}}))',

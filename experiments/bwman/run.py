@@ -46,7 +46,6 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-DEFAULT_MODEL = ROOT / "elastore" / "models" / "data" / "lab-profile.json"
 READ_RATIO = 0.95
 WINDOW_S = 5.0
 QUEUE_BYTES = 1_500_000  # a NIC queue of 1000 frames of 1500 bytes
@@ -364,7 +363,8 @@ def client_capacity(models: Any, nic: float, margin: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--model", type=Path, default=None,
+                    help="default: the built-in lab profile")
     ap.add_argument("--nic-mbit", type=float, default=8.0,
                     help="each server's link, Mbit/s (what it sends)")
     ap.add_argument("--load-fraction", type=float, default=0.75,
@@ -388,6 +388,10 @@ def main() -> None:
     ap.add_argument("--report", action="store_true",
                     help="rewrite RESULTS.md and the plot from the recorded runs, run nothing")
     args = ap.parse_args()
+    if args.model is None:
+        from elastore.resources import builtin_model
+
+        args.model = builtin_model("lab")
     if args.preload:
         preload(args)
         return
