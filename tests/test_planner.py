@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -176,3 +177,20 @@ def test_an_operation_in_progress_is_never_contradicted(
     if p.actions:
         assert p.queued
         assert abs(p.actions[0].replicas - op.to_replicas) == 1  # one node at a time from there
+
+
+@pytest.mark.parametrize("forecast_servers, desired", [(9.5, 10), (8.5, 9)])
+def test_no_thrash_a_reactive_scale_in_is_never_undone_in_its_window(
+        ms: ModelSet, forecast_servers: float, desired: int) -> None:
+    """Observed below the prediction (reactive -2) while the window's end needs 10 (or 9):
+    without stabilization the plan went 10 -> 9 -> 8 now and 8 -> 9 -> 10 later. A
+    scale-in now goes no lower than the window's end needs, so the sizes never turn."""
+    c = per_server(ms)
+    o = obs(replicas=10, load_rps=7.5 * c, predicted_now_rps=9.5 * c,
+            forecast_rps=forecast_servers * c, data_bytes=2 * GIB)
+    p = plan(o, cfg(scale_down_stabilization_s=0), ms)
+    assert p.details["reactive_delta"] == -2
+    sizes = [10] + [a.replicas for a in p.actions]
+    steps = [b - a for a, b in itertools.pairwise(sizes)]
+    assert all(d < 0 for d in steps) or all(d > 0 for d in steps), sizes
+    assert p.desired_replicas == desired

@@ -263,3 +263,20 @@ def test_evaluate_returns_all_named(tmp_path: object) -> None:
     x = sinusoids(800)
     scores, fcs = evaluate([("a", METHODS["persistence"])], x, 1, WARM)
     assert scores["a"].points == 800 - WARM and len(fcs["a"]) == 800
+
+
+def test_a_fallback_never_falls_back_to_itself() -> None:
+    """With no history at all (a replay at the very start of a trace) the fallbacks used to
+    recurse until RecursionError; they now forecast from what they are given."""
+    from elastore.predictor.registry import make
+
+    for name in ("prorenata", "persistence", "seasonal-naive-24", "holt-winters"):
+        p = make(name).fit(np.array([], dtype=float))
+        p.update(120.0)
+        assert p.forecast(1) == pytest.approx(120.0), name
+
+
+def test_a_horizon_beyond_the_warmup_is_a_clear_error() -> None:
+    res = CliRunner().invoke(cli, ["predict", "evaluate", "--horizon", "700"])
+    assert res.exit_code == 1 and "--horizon 700 h is longer than the warm-up" in res.output
+    assert "Traceback" not in res.output

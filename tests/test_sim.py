@@ -160,3 +160,13 @@ def test_interference_phase_is_applied(series, ms) -> None:  # type: ignore[no-u
     day2 = slice(int(24 * 600 / 10), int(48 * 600 / 10))
     # Hubbub-scale: the interference-aware planner provisions more servers in the phase
     assert n.serving[day2].mean() > q.serving[day2].mean()
+
+
+def test_a_replay_at_the_very_start_of_a_trace_runs(series, ms) -> None:  # type: ignore[no-untyped-def]
+    """No warm-up history at all and five hours of trace: it used to die with
+    RecursionError in the predictors' fallback."""
+    i0, h = locate(series, "2008-10-01", "2008-10-01 04:00")
+    assert i0 == 0 and h == 5
+    res = simulate(series, i0, h, ["prorenata", "predict", "holt-winters"], ms, SimConfig(),
+                   "test")
+    assert set(res.runs) == {"prorenata", "predict", "holt-winters"}

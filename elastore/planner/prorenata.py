@@ -95,7 +95,8 @@ class _Targets:
     proactive_raw: int  # what the forecast needs, unbounded
     proactive: int  # bounded and stabilized: the size at the window end
     delta_r: int  # the reactive correction (observed vs predicted now)
-    reactive: int  # the size the correction wants now
+    reactive_wanted: int  # the size the correction wants now
+    reactive: int  # ... never a scale-in that the window's end would undo
 
 
 def _targets(w: _Window) -> _Targets:
@@ -108,11 +109,16 @@ def _targets(w: _Window) -> _Targets:
     delta_r = 0
     if cfg.reactive and obs.predicted_now_rps is not None:
         delta_r = w.needed(obs.load_rps) - w.needed(obs.predicted_now_rps)
-    reactive = _clamp(w.base + delta_r, cfg)
+    wanted = _clamp(w.base + delta_r, cfg)
+    reactive = wanted
     if reactive < w.base:
         reactive = _clamp(stabilized(reactive, w.base, w.t_s, window, obs.recent_desired),
                           cfg)
-    return _Targets(raw, proactive, delta_r, reactive)
+        # a scale-in now goes no lower than the window's end needs: removing a node only to
+        # add it back within the window (10 -> 9 -> 8 now, 8 -> 9 -> 10 later) moves data
+        # twice for nothing
+        reactive = max(reactive, min(w.base, proactive))
+    return _Targets(raw, proactive, delta_r, wanted, reactive)
 
 
 def _explain_targets(w: _Window, tg: _Targets, capacity: float) -> None:
@@ -245,7 +251,7 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
         migration_mibps=rate, bandwidth=alloc, queued=w.queued and bool(actions),
         reason="; ".join(w.why),
         details={"proactive": sch.proactive, "proactive_unbounded": tg.proactive_raw,
-                 "reactive": tg.reactive, "reactive_delta": tg.delta_r,
+                 "reactive": tg.reactive_wanted, "reactive_delta": tg.delta_r,
                  "t_reactive_s": sch.t_reactive_s, "t_proactive_s": sch.t_proactive_s,
                  "merged": sch.merged, "capacity_rps": capacity, "base": w.base},
     )

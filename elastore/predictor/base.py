@@ -178,6 +178,7 @@ class History:
 class PersistenceFallback(Predictor):
     name = "persistence"
     screen = False
+    min_history = 0  # a fallback never falls back (itself): no history forecasts 0 req/s
 
     def _fit(self, history: FloatArray) -> None:
         pass
@@ -193,6 +194,7 @@ class SeasonalNaiveFallback(Predictor):
     """Same hour one season (24 h) earlier; further back across gaps."""
 
     screen = False
+    min_history = 0
 
     def __init__(self, season: int = 24) -> None:
         super().__init__()

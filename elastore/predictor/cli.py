@@ -67,6 +67,11 @@ def evaluate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
             raise ElastoreError(str(exc), str(source)) from exc
     series = series.cleaned()
     values = series.values
+    if horizon > warmup_hours:
+        raise ElastoreError(
+            f"--horizon {horizon} h is longer than the warm-up ({warmup_hours} h): the first "
+            "forecast is made at the end of the warm-up for H hours later, so raise "
+            "--warmup-hours to at least the horizon")
     if warmup_hours >= len(values):
         raise ElastoreError(
             f"the warm-up ({warmup_hours} h) leaves nothing to score in {len(values)} h of "
