@@ -399,3 +399,31 @@ def test_bandwidth_curve_needs_three_distinct_levels() -> None:
     c = fit_curve(np.array([2.0, 4.0, 8.0]), np.array([17.0, 36.0, 71.0]), "Mbit/s",
                   "requests/s")
     assert c(0) == 0 and c(4) == pytest.approx(36) and c.inverse(53.5) == pytest.approx(6)
+
+
+@pytest.mark.parametrize("name", ["lab", "placeholder"])
+def test_latency_keeps_rising_past_the_profiled_load(name: str) -> None:
+    """Beyond the largest profiled load latency is extrapolated upward (a queue grows),
+    never clamped to the edge value; a 10x overload is a violation by any reading."""
+    cap = ModelSet.load(builtin_model(name)).capacity
+    edge = float(cap.load_axis[-1])
+    loads = edge * np.linspace(0.5, 12.0, 200)
+    for r in (cap.read_axis[0], 0.9, cap.read_axis[-1]):
+        for m in (0.0, float(cap.migration_axis[-1]) / 2):
+            lat = np.asarray(cap.latency_ms(loads, r, m, 0.0))
+            assert np.all(np.diff(lat) >= -1e-9), (r, m)
+            assert float(cap.latency_ms(10 * edge, r, m, 0.0)) > 10 * cap.slo_ms
+            # and the capacity is still where latency meets the SLO, inside or past the edge
+            c = float(cap.capacity(r, m, 0.0))
+            if c > 0:
+                assert float(cap.latency_ms(c, r, m, 0.0)) == pytest.approx(cap.slo_ms, rel=1e-6)
+
+
+def test_a_profile_within_the_slo_at_its_edge_has_a_capacity_past_it() -> None:
+    """The lab profile at read ratio 0.95 never reached the 100 ms SLO (61 ms at its largest
+    load, 183 req/s); its capacity used to be that edge, and every load above it 'fit'."""
+    cap = ModelSet.load(builtin_model("lab")).capacity
+    edge = float(cap.load_axis[-1])
+    assert float(cap.latency_ms(edge, 0.95, 0, 0)) < cap.slo_ms
+    c = float(cap.capacity(0.95, 0, 0))
+    assert edge < c < 2 * edge

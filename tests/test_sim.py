@@ -170,3 +170,18 @@ def test_a_replay_at_the_very_start_of_a_trace_runs(series, ms) -> None:  # type
     res = simulate(series, i0, h, ["prorenata", "predict", "holt-winters"], ms, SimConfig(),
                    "test")
     assert set(res.runs) == {"prorenata", "predict", "holt-winters"}
+
+
+def test_an_overload_is_a_violation_and_utilisation_above_one(series, ms) -> None:  # type: ignore[no-untyped-def]
+    """Five servers at most, ten times what they carry: every step violates the SLO and the
+    utilisation is ~10 (it used to read 0 % with a clamped latency surface)."""
+    i0, h = locate(series, "2009-03-08", "2009-03-08 23:00")
+    per = float(ms.capacity.capacity(0.95, 0.0, 0.0))
+    cfg = SimConfig(peak_rps=10 * 5 * per, min_replicas=3, max_replicas=5)
+    res = simulate(series, i0, h, ["static-peak"], ms, cfg, "test")
+    m = res.runs["static-peak"].metrics(cfg.step_s, res.slo_ms)
+    run = res.runs["static-peak"]
+    assert run.serving.max() == 5
+    peak = np.argmax(run.util)
+    assert run.util[peak] == pytest.approx(10.0, rel=0.02)
+    assert m["slo_violation_pct"] > 50 and run.p95_ms[peak] > 10 * res.slo_ms

@@ -15,8 +15,18 @@ make the capacity monotone by construction. Latencies beyond 4 x the SLO count a
 log latency at every (load, read ratio, migration, interference) grid point, made exactly
 monotone along the constrained axes, plus the derived capacity table. That table *is* the
 model at run time: a versioned JSON document of numbers (no pickle, nothing executable),
-evaluated by multilinear interpolation. Queries outside the profiled region are clamped to
-its edge and reported as extrapolation.
+evaluated by multilinear interpolation. Queries outside the profiled read ratio, migration
+and interference are clamped to its edge (``in_profile`` says so).
+
+**Beyond the profiled load** latency is extrapolated upward, never clamped: a server
+loaded past anything measured is a queue that grows. The inverse latency (SLO / latency)
+of a queueing server falls about linearly with load (M/M/1: it reaches 0 at saturation),
+so it is continued as a line from the edge, with the steepest of three slopes: the last
+measured segment's, the mean over the profiled range, and one that saturates the server
+at twice the largest profiled load (for a profile whose latency barely moved). Latency is
+capped at ``SATURATED_X_SLO`` x the SLO, a violation by any reading. Capacity follows
+exactly: where the whole profiled range is within the SLO, it is the extrapolated
+crossing, not the edge.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ FORMAT = "elastore.capacity-model"
 VERSION = 1
 SAMPLE_COLUMNS = ("read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms")
 CLIP_X_SLO = 4.0
+SATURATED_X_SLO = 100.0  # latency of a saturated server, in SLOs (extrapolation's ceiling)
 BORDER_WIDTH = 0.5  # in ln(latency / SLO): samples within ~x1.6 of the SLO ...
 BORDER_WEIGHT = 4.0  # ... count up to 5 times
 GRID = {"load": 48, "read_ratio": 8, "migration": 13, "interference": 8}
@@ -90,8 +101,8 @@ class CapacityModel:
 
     def __post_init__(self) -> None:
         self._enforce_monotone()
-        if self.capacity_table.size == 0:
-            self.capacity_table = self._capacities()
+        # always derived from the latencies (a stored table is for readers of the file)
+        self.capacity_table = self._capacities()
 
     # -- building -----------------------------------------------------------------------
     def _enforce_monotone(self) -> None:
@@ -102,27 +113,9 @@ class CapacityModel:
 
     def _capacities(self) -> FloatArray:
         """Capacity at every (read, migration, interference) grid point."""
-        lim = math.log(self.slo_ms)
-        lat = self.log_latency  # (L, R, M, I)
-        ok = lat <= lim
-        cap = np.zeros(lat.shape[1:])
-        loads = self.load_axis
-        for r in range(lat.shape[1]):
-            for m in range(lat.shape[2]):
-                for i in range(lat.shape[3]):
-                    col = lat[:, r, m, i]
-                    good = np.flatnonzero(ok[:, r, m, i])
-                    if good.size == 0:
-                        cap[r, m, i] = 0.0
-                        continue
-                    j = int(good[-1])
-                    if j == len(loads) - 1:
-                        cap[r, m, i] = loads[-1]
-                        continue
-                    # linear crossing between grid points j and j + 1
-                    a, b = col[j], col[j + 1]
-                    t = (lim - a) / (b - a) if b > a else 0.0
-                    cap[r, m, i] = loads[j] + t * (loads[j + 1] - loads[j])
+        r, m, i = np.meshgrid(self.read_axis, self.migration_axis, self.interference_axis,
+                              indexing="ij")
+        cap = np.asarray(self.capacity(r, m, i))
         for axis in (1, 2):  # capacity non-increasing in migration and interference
             cap = np.minimum.accumulate(cap, axis=axis)
         return cap
@@ -168,7 +161,36 @@ class CapacityModel:
     def _log_latency(self, load: Any, read_ratio: Any, migration: Any, interference: Any
                      ) -> FloatArray:
         axes = [self.load_axis, self.read_axis, self.migration_axis, self.interference_axis]
-        return multilinear(axes, self.log_latency, [load, read_ratio, migration, interference])
+        load = np.asarray(load, dtype=float)
+        inside = multilinear(axes, self.log_latency, [load, read_ratio, migration, interference])
+        top = float(self.load_axis[-1])
+        if not np.any(load > top):
+            return inside
+        y_edge, slope = self._beyond(read_ratio, migration, interference)
+        y = y_edge - slope * (np.broadcast_to(load, inside.shape) - top)
+        beyond = math.log(self.slo_ms) - np.log(np.maximum(y, 1.0 / SATURATED_X_SLO))
+        return np.asarray(np.where(load > top, np.maximum(beyond, inside), inside))
+
+    def _beyond(self, read_ratio: Any, migration: Any, interference: Any
+                ) -> tuple[FloatArray, FloatArray]:
+        """Inverse latency (SLO units) at the largest profiled load, and how fast it falls
+        per request/s past it (see the module: the steepest of three slopes)."""
+        axes = [self.load_axis, self.read_axis, self.migration_axis, self.interference_axis]
+        grid = self.load_axis
+        k = len(grid)
+
+        def inv(at: float) -> FloatArray:
+            lat = multilinear(axes, self.log_latency,
+                              [np.asarray(at), read_ratio, migration, interference])
+            return np.asarray(self.slo_ms / np.exp(lat))
+
+        top = float(grid[-1])
+        y_edge = inv(top)
+        slopes = [y_edge / top]  # saturation at twice the profiled load, at the latest
+        if k >= 2:
+            slopes.append((inv(float(grid[-2])) - y_edge) / (top - float(grid[-2])))
+            slopes.append((inv(float(grid[0])) - y_edge) / (top - float(grid[0])))
+        return y_edge, np.maximum.reduce(np.broadcast_arrays(*slopes))
 
     def capacity(self, read_ratio: Any, migration_mibps: Any = 0.0, interference: Any = 0.0
                  ) -> FloatArray:
@@ -181,7 +203,13 @@ class CapacityModel:
         grid = self.load_axis
         lat = self._log_latency(grid[:, None], r.ravel()[None], m.ravel()[None],
                                 i.ravel()[None])
-        return self._crossing(grid, lat).reshape(shape)
+        cap = self._crossing(grid, lat)
+        # within the SLO at the largest profiled load: the crossing is past the edge
+        y_edge, slope = self._beyond(r.ravel(), m.ravel(), i.ravel())
+        past = lat[-1] <= math.log(self.slo_ms)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out = np.where(past, float(grid[-1]) + (y_edge - 1.0) / slope, cap)
+        return np.asarray(out).reshape(shape)
 
     def servers_needed(self, load_rps: float, read_ratio: float, interference: float = 0.0,
                        headroom: float = 0.0, migration_mibps: float = 0.0) -> int:
@@ -271,6 +299,16 @@ class CapacityModel:
             if lat.shape != shape or cap.shape != shape[1:]:
                 raise ModelError(f"malformed model document: table shape {lat.shape} does "
                                  f"not match its axes {shape}", where)
+            for name, a in (("load", load), ("read_ratio", rr), ("migration", mig),
+                            ("interference", inter)):
+                if len(a) > 1 and not np.all(np.diff(a) > 0):
+                    raise ModelError(f"malformed model document: axis {name} is not "
+                                     "increasing", where)
+            if not float(slo["latency_ms"]) > 0:
+                raise ModelError("malformed model document: SLO must be > 0 ms", where)
+            if not load[-1] > 0:
+                raise ModelError("malformed model document: the load axis must reach above "
+                                 "0 requests/s", where)
             model = cls(
                 slo_ms=float(slo["latency_ms"]), percentile=int(slo["percentile"]),
                 load_axis=load, read_axis=rr, migration_axis=mig, interference_axis=inter,
@@ -282,13 +320,6 @@ class CapacityModel:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ModelError(f"malformed model document: {exc!r}", where) from exc
-        for name, a in (("load", load), ("read_ratio", rr), ("migration", mig),
-                        ("interference", inter)):
-            if len(a) > 1 and not np.all(np.diff(a) > 0):
-                raise ModelError(f"malformed model document: axis {name} is not increasing",
-                                 where)
-        if not model.slo_ms > 0:
-            raise ModelError("malformed model document: SLO must be > 0 ms", where)
         return model
 
 
