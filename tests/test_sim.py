@@ -185,3 +185,18 @@ def test_an_overload_is_a_violation_and_utilisation_above_one(series, ms) -> Non
     peak = np.argmax(run.util)
     assert run.util[peak] == pytest.approx(10.0, rel=0.02)
     assert m["slo_violation_pct"] > 50 and run.p95_ms[peak] > 10 * res.slo_ms
+
+
+def test_real_time_replay(series, ms) -> None:  # type: ignore[no-untyped-def]
+    """--hour-seconds 3600 replays a trace hour in an hour: the same decisions take six
+    times the replay time, so VM-hours are six times those of the 600 s replay for a
+    controller that does not depend on migration times, and the JSON says the speed."""
+    i0, h = locate(series, "2009-03-09", "2009-03-09 23:00")
+    fast = simulate(series, i0, h, ["feedback"], ms, SimConfig(), "test")
+    slow = simulate(series, i0, h, ["feedback"], ms, SimConfig(hour_seconds=3600.0), "test")
+    vf = fast.runs["feedback"].metrics(10.0, fast.slo_ms)["vm_hours"]
+    vs = slow.runs["feedback"].metrics(10.0, slow.slo_ms)["vm_hours"]
+    assert vs == pytest.approx(6 * vf, rel=0.02)
+    assert slow.to_json()["replay"]["hour_seconds"] == 3600.0
+    res = CliRunner().invoke(cli, ["simulate", "--hour-seconds", "15"])
+    assert res.exit_code == 1 and "multiple of the 10 s simulation step" in res.output

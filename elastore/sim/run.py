@@ -45,7 +45,8 @@ class SimConfig:
     def validate(self) -> None:
         if not (self.step_s > 0 and self.hour_seconds > 0
                 and self.hour_seconds % self.step_s == 0):
-            raise ElastoreError("hour_seconds must be a positive multiple of step_s")
+            raise ElastoreError(f"--hour-seconds {self.hour_seconds:g} must be a positive "
+                                f"multiple of the {self.step_s:g} s simulation step")
         if not self.peak_rps > 0 or not self.data_gib > 0:
             raise ElastoreError("peak rate and data size must be > 0")
         for a, b, i in self.interference:
@@ -101,6 +102,8 @@ class SimResult:
             "controllers": {n: r.metrics(dt, self.slo_ms) for n, r in self.runs.items()},
             "trace": {"start": self.start, "end": self.end, "hours": self.hours},
             "slo": {"latency_ms": self.slo_ms, "percentile": self.percentile},
+            "replay": {"hour_seconds": self.config.hour_seconds, "step_s": dt,
+                       "data_gib": self.config.data_gib, "peak_rps": self.config.peak_rps},
             "physics": self.physics,
         }
 
