@@ -101,8 +101,25 @@ class CapacityModel:
 
     def __post_init__(self) -> None:
         self._enforce_monotone()
+        self._edge_tables()
         # always derived from the latencies (a stored table is for readers of the file)
         self.capacity_table = self._capacities()
+
+    def _edge_tables(self) -> None:
+        """Per (read, migration, interference) grid point: the inverse latency (SLO units)
+        at the largest profiled load, and how fast it falls per request/s past it (the
+        steepest of the last segment's slope, the mean slope, and saturation at twice the
+        profiled load). Interpolated between grid points like the latencies."""
+        inv = self.slo_ms / np.exp(self.log_latency)  # (L, R, M, I)
+        grid = self.load_axis
+        top = float(grid[-1])
+        edge = inv[-1]
+        slopes = [edge / top]
+        if len(grid) >= 2:
+            slopes.append((inv[-2] - edge) / (top - float(grid[-2])))
+            slopes.append((inv[0] - edge) / (top - float(grid[0])))
+        self._edge_inv = edge
+        self._edge_slope = np.maximum.reduce(slopes)
 
     # -- building -----------------------------------------------------------------------
     def _enforce_monotone(self) -> None:
@@ -161,36 +178,30 @@ class CapacityModel:
     def _log_latency(self, load: Any, read_ratio: Any, migration: Any, interference: Any
                      ) -> FloatArray:
         axes = [self.load_axis, self.read_axis, self.migration_axis, self.interference_axis]
-        load = np.asarray(load, dtype=float)
         inside = multilinear(axes, self.log_latency, [load, read_ratio, migration, interference])
         top = float(self.load_axis[-1])
-        if not np.any(load > top):
+        past = np.asarray(load, dtype=float) > top
+        if not past.any():
             return inside
-        y_edge, slope = self._beyond(read_ratio, migration, interference)
-        y = y_edge - slope * (np.broadcast_to(load, inside.shape) - top)
-        beyond = math.log(self.slo_ms) - np.log(np.maximum(y, 1.0 / SATURATED_X_SLO))
-        return np.asarray(np.where(load > top, np.maximum(beyond, inside), inside))
+        ld, r, m, i = (np.broadcast_to(np.asarray(a, dtype=float), inside.shape)[
+            np.broadcast_to(past, inside.shape)] for a in (load, read_ratio, migration,
+                                                            interference))
+        y_edge, slope = self._beyond(r, m, i)
+        y = y_edge - slope * (ld - top)
+        out = np.array(inside, dtype=float)
+        mask = np.broadcast_to(past, inside.shape)
+        out[mask] = np.maximum(math.log(self.slo_ms) - np.log(
+            np.maximum(y, 1.0 / SATURATED_X_SLO)), inside[mask])
+        return out
 
     def _beyond(self, read_ratio: Any, migration: Any, interference: Any
                 ) -> tuple[FloatArray, FloatArray]:
-        """Inverse latency (SLO units) at the largest profiled load, and how fast it falls
-        per request/s past it (see the module: the steepest of three slopes)."""
-        axes = [self.load_axis, self.read_axis, self.migration_axis, self.interference_axis]
-        grid = self.load_axis
-        k = len(grid)
-
-        def inv(at: float) -> FloatArray:
-            lat = multilinear(axes, self.log_latency,
-                              [np.asarray(at), read_ratio, migration, interference])
-            return np.asarray(self.slo_ms / np.exp(lat))
-
-        top = float(grid[-1])
-        y_edge = inv(top)
-        slopes = [y_edge / top]  # saturation at twice the profiled load, at the latest
-        if k >= 2:
-            slopes.append((inv(float(grid[-2])) - y_edge) / (top - float(grid[-2])))
-            slopes.append((inv(float(grid[0])) - y_edge) / (top - float(grid[0])))
-        return y_edge, np.maximum.reduce(np.broadcast_arrays(*slopes))
+        """Inverse latency (SLO units) at the largest profiled load and its slope per
+        request/s past it, at these (read ratio, migration, interference)."""
+        axes = [self.read_axis, self.migration_axis, self.interference_axis]
+        pts = [read_ratio, migration, interference]
+        return (multilinear(axes, self._edge_inv, pts),
+                multilinear(axes, self._edge_slope, pts))
 
     def capacity(self, read_ratio: Any, migration_mibps: Any = 0.0, interference: Any = 0.0
                  ) -> FloatArray:
@@ -205,11 +216,11 @@ class CapacityModel:
                                 i.ravel()[None])
         cap = self._crossing(grid, lat)
         # within the SLO at the largest profiled load: the crossing is past the edge
-        y_edge, slope = self._beyond(r.ravel(), m.ravel(), i.ravel())
         past = lat[-1] <= math.log(self.slo_ms)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.where(past, float(grid[-1]) + (y_edge - 1.0) / slope, cap)
-        return np.asarray(out).reshape(shape)
+        if past.any():
+            y_edge, slope = self._beyond(r.ravel()[past], m.ravel()[past], i.ravel()[past])
+            cap[past] = float(grid[-1]) + (y_edge - 1.0) / slope
+        return np.asarray(cap).reshape(shape)
 
     def servers_needed(self, load_rps: float, read_ratio: float, interference: float = 0.0,
                        headroom: float = 0.0, migration_mibps: float = 0.0) -> int:
