@@ -427,3 +427,26 @@ def test_a_profile_within_the_slo_at_its_edge_has_a_capacity_past_it() -> None:
     assert float(cap.latency_ms(edge, 0.95, 0, 0)) < cap.slo_ms
     c = float(cap.capacity(0.95, 0, 0))
     assert edge < c < 2 * edge
+
+
+@pytest.mark.parametrize("name", ["lab", "placeholder"])
+def test_the_decommission_rate_bisection_is_the_grid_scan(name: str) -> None:
+    """decommission_rate bisects over its candidate rates (15x faster, for the optimal
+    schedule's tables); it must pick exactly what scanning every candidate picks."""
+    from elastore.models.migration import DECOMMISSION_CANDIDATES, MigrationModel, mixture_p95
+
+    cap = ModelSet.load(builtin_model(name)).capacity
+    m = MigrationModel(cap, min_mibps=1.0, max_mibps=24.0, slo_margin=0.05)
+    rng = np.random.default_rng(7)
+    lps = rng.uniform(0, 2.5 * float(cap.load_axis[-1]), 3000)
+    n = rng.integers(2, 40, 3000).astype(float)
+    inter = rng.choice([0.0, 0.25, 0.5], 3000)
+    cand = np.linspace(0.0, 24.0, DECOMMISSION_CANDIDATES)[:, None]
+    p = mixture_p95(cap.latency_ms(lps[None], 0.95, cand, inter[None]), 1.0 / n[None],
+                    cap.latency_ms(lps[None], 0.95, cand / np.maximum(n[None] - 1, 1),
+                                   inter[None]))
+    ok = p <= cap.slo_ms * 0.95
+    scan = np.where(ok.any(axis=0), cand[:, 0][len(cand) - 1 - np.argmax(ok[::-1], axis=0)],
+                    0.0)
+    assert np.array_equal(np.clip(scan, 1.0, 24.0), m.decommission_rate(lps, n, 0.95, inter))
+    assert ok.any(axis=0).any() and not ok.all()  # the cases span both sides of the border

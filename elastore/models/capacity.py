@@ -119,7 +119,12 @@ class CapacityModel:
             slopes.append((inv[-2] - edge) / (top - float(grid[-2])))
             slopes.append((inv[0] - edge) / (top - float(grid[0])))
         self._edge_inv = edge
-        self._edge_slope = np.maximum.reduce(slopes)
+        # non-decreasing in migration and interference, as latency is: more of either
+        # never makes the extrapolated queue grow more slowly
+        slope = np.maximum.reduce(slopes)
+        for axis in (1, 2):
+            slope = np.maximum.accumulate(slope, axis=axis)
+        self._edge_slope = slope
 
     # -- building -----------------------------------------------------------------------
     def _enforce_monotone(self) -> None:

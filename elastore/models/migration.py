@@ -21,9 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from elastore.models.capacity import CapacityModel, ModelError
 from elastore.units import MIB
+
+DECOMMISSION_CANDIDATES = 49  # rates tried between 0 and the ceiling
 
 
 def mixture_p95(p_a: Any, share_a: Any, p_b: Any) -> Any:
@@ -91,16 +94,29 @@ class MigrationModel:
                                               np.asarray(interference, dtype=float))
         top = self.max_mibps if math.isfinite(self.max_mibps) else float(
             self.capacity.migration_axis[-1])
-        cand = np.linspace(0.0, top, 49)[:, None]  # (R, 1)
+        cand = np.linspace(0.0, top, DECOMMISSION_CANDIDATES)
         cap = self.capacity
-        p_leave = cap.latency_ms(load.ravel()[None], read_ratio, cand, inter.ravel()[None])
-        p_rest = cap.latency_ms(load.ravel()[None], read_ratio,
-                                cand / np.maximum(nn.ravel()[None] - 1, 1), inter.ravel()[None])
-        p = mixture_p95(p_leave, 1.0 / nn.ravel()[None], p_rest)
-        ok = p <= cap.slo_ms * (1 - self.slo_margin)
-        # the largest candidate rate that is still fine (latency rises with rate)
-        best = np.where(ok.any(axis=0), cand[:, 0][np.maximum(
-            len(cand) - 1 - np.argmax(ok[::-1], axis=0), 0)], 0.0)
+        lps, nr, ir = load.ravel(), nn.ravel(), inter.ravel()
+        limit = cap.slo_ms * (1 - self.slo_margin)
+
+        def fine(at: npt.NDArray[np.bool_], k: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+            rate, x, m, i = cand[k], lps[at], nr[at], ir[at]
+            p_leave = cap.latency_ms(x, read_ratio, rate, i)
+            p_rest = cap.latency_ms(x, read_ratio, rate / np.maximum(m - 1, 1), i)
+            return np.asarray(mixture_p95(p_leave, 1.0 / m, p_rest) <= limit)
+
+        # the largest candidate rate that is still fine: latency rises with the rate (the
+        # model is monotone in migration), so a bisection over the candidates finds it
+        lo = np.full(lps.shape, -1, dtype=np.int64)  # fine up to here (-1: none)
+        hi = np.full(lps.shape, len(cand), dtype=np.int64)  # not fine from here
+        while np.any(hi - lo > 1):
+            mid = (lo + hi) // 2
+            live = hi - lo > 1
+            ok = np.zeros(lps.shape, dtype=bool)
+            ok[live] = fine(live, mid[live])
+            lo = np.where(live & ok, mid, lo)
+            hi = np.where(live & ~ok, mid, hi)
+        best = np.where(lo >= 0, cand[np.maximum(lo, 0)], 0.0)
         out = np.clip(best, self.min_mibps, self.max_mibps).reshape(load.shape)
         return float(out) if out.ndim == 0 else out
 
