@@ -200,3 +200,40 @@ def test_real_time_replay(series, ms) -> None:  # type: ignore[no-untyped-def]
     assert slow.to_json()["replay"]["hour_seconds"] == 3600.0
     res = CliRunner().invoke(cli, ["simulate", "--hour-seconds", "15"])
     assert res.exit_code == 1 and "multiple of the 10 s simulation step" in res.output
+
+
+@pytest.mark.parametrize("penalty", [1.0, 100.0])
+def test_optimal_is_what_the_replay_measures_and_a_lower_bound(series, ms, penalty) -> None:  # type: ignore[no-untyped-def]
+    """optimal's own count of its schedule's U equals what the simulator measures when it
+    replays it, and no controller reaches a lower U at that penalty."""
+    from elastore.sim import controllers
+
+    made: dict[str, object] = {}
+    attach = controllers.OptimalController.attach
+
+    def keep(self, *a):  # type: ignore[no-untyped-def]
+        attach(self, *a)
+        made["schedule"] = self.schedule
+
+    i0, h = locate(series, "2009-03-09", "2009-03-10 23:00")
+    cfg = SimConfig(penalty=penalty, data_gib=20.0)
+    names = ["optimal", "prorenata", "ideal", "hpa", "feedback", "static-peak"]
+    controllers.OptimalController.attach = keep  # type: ignore[method-assign]
+    try:
+        res = simulate(series, i0, h, names, ms, cfg, "test")
+    finally:
+        controllers.OptimalController.attach = attach  # type: ignore[method-assign]
+    sched = made["schedule"]
+    run = res.runs["optimal"]
+    vm = run.billed.sum() * cfg.step_s / 3600
+    viol_h = (run.p95_ms > res.slo_ms).sum() * cfg.step_s / 3600
+    assert vm == pytest.approx(sched.vm_hours, rel=1e-9)  # type: ignore[attr-defined]
+    assert viol_h == pytest.approx(sched.violation_hours, abs=1e-9)  # type: ignore[attr-defined]
+    u = {n: r.metrics(cfg.step_s, res.slo_ms)["vm_hours"]
+         + penalty * (r.p95_ms > res.slo_ms).sum() * cfg.step_s / 3600
+         for n, r in res.runs.items()}
+    assert all(u["optimal"] <= v + 1e-9 for v in u.values()), u
+    if penalty == 1.0:  # a violation-hour is as cheap as a VM-hour: it gives up the SLO
+        assert viol_h > 1.0
+    else:
+        assert viol_h < 0.05

@@ -70,6 +70,9 @@ def model_choice(spec: Path | None) -> tuple[Path, str]:
               help="Replay seconds per trace hour (also the control period): 600 is the "
                    "paper's 1 h -> 10 min; 3600 replays in real time, as the operator lives "
                    "it. Migrations take the same seconds either way.")
+@click.option("--penalty", type=click.FloatRange(min=0), default=100.0, show_default=True,
+              help="VM-hours one hour of SLO violation costs: what 'optimal' (and the "
+                   "penalty-aware planner) minimise, U = VM-hours + penalty x violation-hours.")
 @click.option("--interference", multiple=True, metavar="FROM_H:TO_H:INDEX",
               help="Inject an interference phase (trace hours, index 0..1); repeatable.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
@@ -78,7 +81,7 @@ def model_choice(spec: Path | None) -> tuple[Path, str]:
 def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | None,
                  end: pd.Timestamp | None, controllers: str, slo_ms: float | None,
                  model_path: Path | None, peak_rps: float | None, data_gib: float,
-                 hour_seconds: int, interference: tuple[str, ...], out: Path,
+                 hour_seconds: int, penalty: float, interference: tuple[str, ...], out: Path,
                  as_json: bool) -> None:
     """Replay a Wikipedia trace through a simulated cluster under each controller.
 
@@ -117,7 +120,7 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
         log.info("peak %.0f requests/s: %d servers of the model at read ratio 0.95",
                  peak_rps, PEAK_SERVERS)
     cfg = SimConfig(peak_rps=peak_rps, data_gib=data_gib, hour_seconds=float(hour_seconds),
-                    interference=tuple(phases))
+                    penalty=penalty, interference=tuple(phases))
     cfg.validate()
     steps = int(hours * cfg.hour_seconds / cfg.step_s) * len(names)
     t0 = time.perf_counter()

@@ -71,6 +71,19 @@ class Context:
         return min(max(n, self.cfg.floor), self.cfg.max_replicas)
 
 
+@dataclass(frozen=True)
+class Replay:
+    """The whole replay, step by step, for a controller with perfect foresight."""
+
+    load_rps: FloatArray  # per step
+    interference: FloatArray  # per step, the true index
+    step_s: float
+    boot_s: float
+    data_bytes: float
+    default_mibps: float  # the store's own stream throughput (Cassandra: 24 MiB/s)
+    penalty: float  # VM-hours one violation-hour costs
+
+
 class Controller:
     name = "controller"
     bwman = False  # migration throttled to f() (True) or at the store's default rate
@@ -83,9 +96,9 @@ class Controller:
     def warm(self, history: FloatArray) -> None:
         """Load history (req/s per window) before the replay starts."""
 
-    def attach(self, cluster: Cluster, ctx: Context) -> None:
-        """The simulated cluster, before the replay starts (for a controller that acts on
-        it directly instead of through set-points)."""
+    def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
+        """The simulated cluster and the replay, before it starts (for a controller that
+        acts on the cluster directly, or plans offline)."""
 
     def migration_mibps(self) -> float | None:
         """The migration rate this controller has set on the cluster (None: the replay's
@@ -299,7 +312,7 @@ class OperatorController(Controller):
                                            "queries": {"interference": "replay"}}},
                 "interference": {"enabled": True}}
 
-    def attach(self, cluster: Cluster, ctx: Context) -> None:
+    def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
         from elastore.errors import ElastoreError
         from elastore.operator.control import planner_config
         from elastore.operator.runner import Runner
@@ -347,11 +360,68 @@ class OperatorController(Controller):
         return self.fc
 
 
+class OptimalController(Controller):
+    """``optimal``: the least U = VM-hours + penalty x violation-hours any schedule of
+    one-node changes reaches on this replay, with perfect foresight. It plans offline, by
+    exact dynamic programming (:func:`elastore.planner.schedule.cheapest`) over every
+    (step, servers) state, on the simulator's own physics: the same load, latency surface,
+    data movement, boot and billing. Each migration runs at BwMan's rule or at the store's
+    default rate, whichever the schedule prefers, so it bounds every controller of the
+    comparison from below. Servers range from the floor to what the peak needs plus two."""
+
+    name = "optimal"
+    interference_aware = True
+
+    def __init__(self) -> None:
+        self.schedule: Any = None
+        self.horizon: Any = None
+        self.tick_s = 1.0  # called every step: it sets each step's migration rate
+        self._step = 0
+        self._default = 24.0
+        self._dt = 10.0
+
+    def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
+        from elastore.models.migration import MigrationModel
+        from elastore.planner.schedule import cheapest, physics_horizon
+
+        cfg, cap = ctx.cfg, ctx.models.capacity
+        peak = float(np.max(replay.load_rps))
+        n_hi = min(cfg.max_replicas,
+                   cap.servers_needed(peak, ctx.read_ratio, float(np.max(replay.interference)),
+                                      cfg.headroom) + 2)
+        n_hi = max(n_hi, cluster.serving, cfg.floor)
+        mig = MigrationModel(cap, min_mibps=cfg.min_migration_mibps,
+                             max_mibps=replay.default_mibps, slo_margin=cfg.migration_margin)
+        self.horizon = physics_horizon(
+            ctx.models, mig, replay.load_rps, replay.interference, ctx.read_ratio,
+            replay.step_s, replay.boot_s, replay.data_bytes, min(cfg.floor, cluster.serving),
+            n_hi, default_mibps=replay.default_mibps)
+        self.schedule = cheapest(self.horizon, cluster.serving, replay.penalty)
+        self._default, self._dt = replay.default_mibps, replay.step_s
+
+    def on_window(self, ctx: Context) -> SetPoints:
+        if ctx.k != 0:
+            return []
+        return [(m.start * self._dt, m.n_to) for m in self.schedule.moves]
+
+    def on_tick(self, ctx: Context) -> SetPoints:
+        self._step = round(ctx.now_s / self._dt)
+        return []
+
+    def migration_mibps(self) -> float | None:
+        m = self.schedule.move_at(self._step)
+        if m is None:
+            return self._default
+        rule = self.horizon.rules[self.schedule.rule_index[m.rule]]
+        table = rule.add_mibps if m.n_to > m.n_from else rule.remove_mibps
+        return float(table[m.n_from - self.horizon.n_lo, self._step])
+
+
 FACTORIES: dict[str, Callable[[], Controller]] = {
     "feedback": Feedback, "predict": Predict, "prorenata": ProRenaTaController,
     "ideal": lambda: ProRenaTaController(oracle=True), "hpa": HPA,
     "holt-winters": HoltWintersPHPA, "static-peak": StaticPeak,
-    "operator": OperatorController,
+    "operator": OperatorController, "optimal": OptimalController,
 }
 #: every controller ``elastore simulate`` knows
 KNOWN = tuple(FACTORIES)

@@ -109,6 +109,9 @@ def write_report(res: SimResult, out: Path, seconds: float) -> Path:
         f"{cfg.boot_s:g} s, store default stream rate {cfg.default_stream_mibps:g} MiB/s "
         f"(BwMan floor {cfg.min_stream_mibps:g} MiB/s), headroom {cfg.headroom:.0%}, "
         f"replicas {cfg.min_replicas}..{cfg.max_replicas}, RF {cfg.replication_factor}.", "",
+        f"Violation penalty {cfg.penalty:g}: U(P) = VM-hours + P x violation-hours; "
+        "`optimal` is the least U at this penalty that any schedule of one-node changes "
+        "reaches on this replay, with perfect foresight (a lower bound).", "",
         f"**Physics:** {res.physics}", "",
     ]
     if res.gaps_filled:
@@ -122,7 +125,7 @@ def write_report(res: SimResult, out: Path, seconds: float) -> Path:
             f"| {name} | {m['vm_hours']:.1f} | {m['slo_violation_pct']:.2f} | "
             f"{m['p95_latency_ms_median']:.1f} | {m['cpu_util_mean']:.2f} | "
             f"{m['scale_actions']} | "
-            + " | ".join(f"{m['utility'][str(p)]:.1f}" for p in PENALTIES) + " |")
+            + " | ".join(f"{m['utility'][f'{p:g}']:.1f}" for p in PENALTIES) + " |")
     lines += ["", f"Simulated in {seconds:.1f} s.", "",
               "![workload](workload.png)", "", "![servers](servers.png)", "",
               "![latency](latency_cdf.png) ![utilisation](utilization_cdf.png)", "",

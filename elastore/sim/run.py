@@ -15,7 +15,7 @@ from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.migration import MigrationModel, mixture_p95
 from elastore.planner import Operation, PlannerConfig
-from elastore.sim.controllers import Context, Controller, make_controller
+from elastore.sim.controllers import Context, Controller, Replay, make_controller
 from elastore.sim.engine import Cluster
 from elastore.traces.series import HourlySeries
 from elastore.units import gib_to_bytes, mib_to_bytes
@@ -41,6 +41,7 @@ class SimConfig:
     headroom: float = 0.1
     warmup_hours: int = 672
     interference: tuple[tuple[float, float, float], ...] = ()  # (from_h, to_h, index)
+    penalty: float = 100.0  # VM-hours an hour of SLO violation costs (optimal's objective)
 
     def validate(self) -> None:
         if not (self.step_s > 0 and self.hour_seconds > 0
@@ -49,6 +50,8 @@ class SimConfig:
                                 f"multiple of the {self.step_s:g} s simulation step")
         if not self.peak_rps > 0 or not self.data_gib > 0:
             raise ElastoreError("peak rate and data size must be > 0")
+        if not self.penalty >= 0:
+            raise ElastoreError(f"the violation penalty must be >= 0, got {self.penalty:g}")
         for a, b, i in self.interference:
             if not (0 <= i <= 1 and a < b):
                 raise ElastoreError(f"bad interference phase ({a}, {b}, {i}): "
@@ -69,7 +72,8 @@ class ControllerRun:
     forecasts: dict[int, float] = field(default_factory=dict)
     data_total: FloatArray = field(default_factory=lambda: np.zeros(0))
 
-    def metrics(self, dt: float, slo_ms: float) -> dict[str, Any]:
+    def metrics(self, dt: float, slo_ms: float, penalty: float | None = None
+                ) -> dict[str, Any]:
         vm_hours = float(self.billed.sum() * dt / 3600)
         viol = self.p95_ms > slo_ms
         viol_hours = float(viol.sum() * dt / 3600)
@@ -79,7 +83,9 @@ class ControllerRun:
             "p95_latency_ms_median": float(np.median(self.p95_ms)),
             "cpu_util_mean": float(self.util.mean()),
             "scale_actions": int(self.actions),
-            "utility": {str(p): vm_hours + p * viol_hours for p in PENALTIES},
+            "violation_hours": viol_hours,
+            "utility": {f"{p:g}": vm_hours + p * viol_hours
+                        for p in sorted({*PENALTIES, *(() if penalty is None else (penalty,))})},
         }
 
 
@@ -99,11 +105,13 @@ class SimResult:
     def to_json(self) -> dict[str, Any]:
         dt = self.config.step_s
         return {
-            "controllers": {n: r.metrics(dt, self.slo_ms) for n, r in self.runs.items()},
+            "controllers": {n: r.metrics(dt, self.slo_ms, self.config.penalty)
+                            for n, r in self.runs.items()},
             "trace": {"start": self.start, "end": self.end, "hours": self.hours},
             "slo": {"latency_ms": self.slo_ms, "percentile": self.percentile},
             "replay": {"hour_seconds": self.config.hour_seconds, "step_s": dt,
-                       "data_gib": self.config.data_gib, "peak_rps": self.config.peak_rps},
+                       "data_gib": self.config.data_gib, "peak_rps": self.config.peak_rps,
+                       "penalty": self.config.penalty},
             "physics": self.physics,
         }
 
@@ -247,7 +255,8 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
         if new_window or tick:
             ctx = context(s, now)
             if s == 0:
-                ctrl.attach(cluster, ctx)
+                ctrl.attach(cluster, ctx, Replay(load, inter, dt, cfg.boot_s, data_bytes,
+                                                 cfg.default_stream_mibps, cfg.penalty))
             if new_window:
                 new = ctrl.on_window(ctx)
                 setpoints = new if ctrl.replaces else setpoints + new

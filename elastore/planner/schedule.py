@@ -1,0 +1,307 @@
+"""The cheapest schedule of one-node topology changes over a horizon. Pure, exact.
+
+A storage cluster changes one node at a time and never aborts a change. Over ``T`` steps
+of ``step_s`` seconds, a schedule says, at every step where the cluster is idle at ``n``
+servers, whether it stays (one step), adds a node (a boot of ``boot_steps`` steps, then a
+bootstrap streaming ``add_bytes[n]`` from each of the n senders at the rule's rate) or
+removes one (a decommission streaming ``remove_bytes[n]`` from the leaving node). Its
+cost is
+
+    U = VM-hours + penalty x violation-hours
+
+where a step bills every node that exists (a joining node from its first boot step, a
+leaving node until it has handed everything over) and violates when the :class:`Horizon`
+says the latency of that step, in that state, is over the SLO.
+
+:func:`cheapest` finds the schedule of least U by dynamic programming over (step, servers)
+states, backwards in time: a state's value is the least of staying, adding and removing,
+each followed by the value of the state it leads to. With K move options, N server counts
+and T steps it costs O(K N T) time and memory, and it is exact for the physics the Horizon
+describes: no heuristic, no solver tolerance.
+
+Two users: :class:`elastore.sim.controllers.OptimalController` (the true load, the
+simulator's own physics: a lower bound on U for every controller in the comparison), and
+the horizon planner (:mod:`elastore.planner.horizon`: the forecast, from the state now).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+from elastore.errors import ElastoreError
+from elastore.models.bundle import ModelSet
+from elastore.models.migration import MigrationModel, mixture_p95
+from elastore.units import MIB
+
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+IntArray = npt.NDArray[np.int64]
+HOUR_S = 3600.0
+EPS_BYTES = 1e-6  # a change is done when less than this is left to move (as the simulator)
+
+
+@dataclass(frozen=True)
+class RateRule:
+    """One way to run migrations: per (servers n, step) the rate of a bootstrap from n
+    (MiB/s per sender) and of a decommission from n (MiB/s from the leaving node), and
+    whether the latency of such a step violates the SLO."""
+
+    name: str
+    add_mibps: FloatArray  # (N, T)
+    add_violates: BoolArray  # (N, T)
+    remove_mibps: FloatArray  # (N, T)
+    remove_violates: BoolArray  # (N, T)
+
+
+@dataclass(frozen=True)
+class Horizon:
+    """What every step costs in every state. Row ``k`` of each table is ``n_lo + k``
+    servers serving; a change from ``n`` is described in row ``n``."""
+
+    step_s: float
+    n_lo: int
+    idle_violates: BoolArray  # (N, T): n serving, no migration (also during a boot)
+    rules: tuple[RateRule, ...]
+    boot_steps: int
+    add_bytes: FloatArray  # (N,): bytes each sender streams going n -> n+1
+    remove_bytes: FloatArray  # (N,): bytes the leaving node streams going n -> n-1
+
+    @property
+    def steps(self) -> int:
+        return int(self.idle_violates.shape[1])
+
+    @property
+    def n_hi(self) -> int:
+        return self.n_lo + int(self.idle_violates.shape[0]) - 1
+
+    def validate(self) -> None:
+        n, t = self.idle_violates.shape
+        if n < 1 or t < 1 or self.n_lo < 1 or not self.step_s > 0 or self.boot_steps < 0:
+            raise ElastoreError(f"an empty or malformed horizon ({n} server counts from "
+                                f"{self.n_lo}, {t} steps of {self.step_s} s)")
+        if not self.rules:
+            raise ElastoreError("a horizon needs at least one rate rule")
+        for r in self.rules:
+            for a in (r.add_mibps, r.add_violates, r.remove_mibps, r.remove_violates):
+                if a.shape != (n, t):
+                    raise ElastoreError(f"rule {r.name}: a table of shape {a.shape}, "
+                                        f"not {(n, t)}")
+            if np.any(r.add_mibps < 0) or np.any(r.remove_mibps < 0):
+                raise ElastoreError(f"rule {r.name}: a negative migration rate")
+        if self.add_bytes.shape != (n,) or self.remove_bytes.shape != (n,):
+            raise ElastoreError("add_bytes and remove_bytes need one value per server count")
+
+
+@dataclass(frozen=True)
+class Move:
+    start: int  # the step the change starts (the cluster is idle at n_from before it)
+    end: int  # the first step at n_to (> steps: it does not finish within the horizon)
+    n_from: int
+    n_to: int
+    rule: str
+    boot_end: int  # the first bootstrap step (a removal: = start)
+
+
+@dataclass
+class Schedule:
+    moves: list[Move]
+    vm_hours: float
+    violation_hours: float
+    cost: float  # vm_hours + penalty x violation_hours (+ the terminal value, if any)
+    n0: int
+    penalty: float
+    rule_index: dict[str, int] = field(default_factory=dict)
+
+    def servers_at(self, step: int) -> int:
+        """Servers serving at ``step`` (a joining node serves from its end step)."""
+        n = self.n0
+        for m in self.moves:
+            if m.end <= step:
+                n = m.n_to
+            else:
+                break
+        return n
+
+    def move_at(self, step: int) -> Move | None:
+        """The change under way at ``step``, if any."""
+        for m in self.moves:
+            if m.start <= step < m.end:
+                return m
+            if m.start > step:
+                break
+        return None
+
+
+def _ends(rate: FloatArray, start: IntArray, nbytes: FloatArray, step_s: float) -> IntArray:
+    """Per row n, for every first streaming step s in ``start[n]``: the first step at which
+    ``nbytes[n]`` have been streamed at ``rate[n]`` (T + 1 if never within T steps)."""
+    n, t = rate.shape
+    cum = np.zeros((n, t + 1))
+    np.cumsum(rate * (step_s * MIB), axis=1, out=cum[:, 1:])
+    out = np.empty(start.shape, dtype=np.int64)
+    for k in range(n):
+        s = np.minimum(start[k], t)
+        need = cum[k, s] + nbytes[k] - EPS_BYTES
+        out[k] = np.searchsorted(cum[k], need, side="left")
+    out[start > t] = t + 1
+    return out
+
+
+def _window_sum(prefix: FloatArray, a: IntArray, b: IntArray) -> FloatArray:
+    """Row-wise sums over [a, b) of the series whose prefix sums (length T + 1) are given;
+    both ends clipped to [0, T]."""
+    t = prefix.shape[1] - 1
+    rows = np.arange(prefix.shape[0])[:, None]
+    return np.asarray(prefix[rows, np.clip(b, 0, t)] - prefix[rows, np.clip(a, 0, t)])
+
+
+def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None = None,
+             floor: IntArray | None = None) -> Schedule:
+    """The schedule of least U from ``n0`` servers, idle, at step 0.
+
+    ``terminal[k]``: the value of ending the horizon at ``n_lo + k`` servers (default 0).
+    ``floor[t]``: no removal may leave fewer servers than this from step t on (e.g. the
+    scale-down stabilization window)."""
+    h.validate()
+    if not h.n_lo <= n0 <= h.n_hi:
+        raise ElastoreError(f"{n0} servers are outside the horizon's {h.n_lo}..{h.n_hi}")
+    if not penalty >= 0:
+        raise ElastoreError(f"the violation penalty must be >= 0, got {penalty}")
+    N, T = h.idle_violates.shape
+    dt_h = h.step_s / HOUR_S
+    ns = h.n_lo + np.arange(N)
+    steps = np.arange(T)
+    idle_v = np.zeros((N, T + 1))
+    np.cumsum(h.idle_violates, axis=1, out=idle_v[:, 1:])
+    # options: 0 stay; then per rule an add and a removal
+    K = 1 + 2 * len(h.rules)
+    cost = np.full((T, K, N), np.inf)
+    to_t = np.zeros((T, K, N), dtype=np.int32)
+    to_n = np.zeros((K, N), dtype=np.int64)
+    cost[:, 0, :] = (dt_h * (ns[:, None] + penalty * h.idle_violates)).T
+    to_t[:, 0, :] = steps[:, None] + 1
+    to_n[0] = np.arange(N)
+    start = np.broadcast_to(steps, (N, T))
+    boot_end = start + h.boot_steps
+    ends: dict[tuple[int, int], IntArray] = {}
+    for r, rule in enumerate(h.rules):
+        add_v = np.zeros((N, T + 1))
+        np.cumsum(rule.add_violates, axis=1, out=add_v[:, 1:])
+        rem_v = np.zeros((N, T + 1))
+        np.cumsum(rule.remove_violates, axis=1, out=rem_v[:, 1:])
+        e_add = _ends(rule.add_mibps, boot_end, h.add_bytes, h.step_s)
+        e_rem = _ends(rule.remove_mibps, start, h.remove_bytes, h.step_s)
+        ends[(r, 1)], ends[(r, -1)] = e_add, e_rem
+        span_add = np.minimum(e_add, T) - start
+        viol_add = _window_sum(idle_v, start, boot_end) + _window_sum(add_v, boot_end, e_add)
+        c_add = dt_h * ((ns[:, None] + 1) * span_add + penalty * viol_add)
+        c_add[-1] = np.inf  # no node beyond n_hi
+        span_rem = np.minimum(e_rem, T) - start
+        c_rem = dt_h * (ns[:, None] * span_rem + penalty * _window_sum(rem_v, start, e_rem))
+        c_rem[0] = np.inf  # no removal below n_lo
+        if floor is not None:
+            c_rem[(ns[:, None] - 1) < np.asarray(floor)[None, :]] = np.inf
+        ka, kr = 1 + 2 * r, 2 + 2 * r
+        cost[:, ka, :], cost[:, kr, :] = c_add.T, c_rem.T
+        to_t[:, ka, :], to_t[:, kr, :] = np.minimum(e_add, T).T, np.minimum(e_rem, T).T
+        to_n[ka] = np.minimum(np.arange(N) + 1, N - 1)
+        to_n[kr] = np.maximum(np.arange(N) - 1, 0)
+    value = np.zeros((T + 1, N))
+    if terminal is not None:
+        if np.shape(terminal) != (N,):
+            raise ElastoreError(f"terminal values: want {N}, got {np.shape(terminal)}")
+        value[T] = terminal
+    choice = np.zeros((T, N), dtype=np.int8)
+    for s in range(T - 1, -1, -1):
+        total = cost[s] + value[to_t[s], to_n]
+        k = np.argmin(total, axis=0)
+        choice[s] = k
+        value[s] = total[k, np.arange(N)]
+    return _walk(h, n0, penalty, choice, ends, float(value[0, n0 - h.n_lo]))
+
+
+def _walk(h: Horizon, n0: int, penalty: float, choice: npt.NDArray[np.int8],
+          ends: dict[tuple[int, int], IntArray], value: float) -> Schedule:
+    """Follow the choices forward from (0, n0); count what the schedule bills and
+    violates."""
+    T = h.steps
+    dt_h = h.step_s / HOUR_S
+    moves: list[Move] = []
+    vm = viol = 0.0
+    s, k = 0, n0 - h.n_lo
+    while s < T:
+        c = int(choice[s, k])
+        n = h.n_lo + k
+        if c == 0:
+            vm += dt_h * n
+            viol += dt_h * float(h.idle_violates[k, s])
+            s += 1
+            continue
+        r, direction = (c - 1) // 2, (1 if c % 2 == 1 else -1)
+        rule = h.rules[r]
+        e = int(ends[(r, direction)][k, s])
+        stop = min(e, T)
+        if direction > 0:
+            b = min(s + h.boot_steps, T)
+            vm += dt_h * (n + 1) * (stop - s)
+            viol += dt_h * (float(h.idle_violates[k, s:b].sum())
+                            + float(rule.add_violates[k, b:stop].sum()))
+            moves.append(Move(s, e, n, n + 1, rule.name, s + h.boot_steps))
+        else:
+            vm += dt_h * n * (stop - s)
+            viol += dt_h * float(rule.remove_violates[k, s:stop].sum())
+            moves.append(Move(s, e, n, n - 1, rule.name, s))
+        s, k = stop, k + direction
+    return Schedule(moves, vm, viol, value, n0, penalty,
+                    {r.name: i for i, r in enumerate(h.rules)})
+
+
+RULES = ("bwman", "store-default")
+
+
+def physics_horizon(models: ModelSet, mig: MigrationModel, load_rps: FloatArray,
+                    interference: FloatArray, read_ratio: float, step_s: float,
+                    boot_s: float, data_bytes: float, n_lo: int, n_hi: int,
+                    rules: tuple[str, ...] = RULES, default_mibps: float = 24.0,
+                    slo_ms: float | None = None) -> Horizon:
+    """A :class:`Horizon` from the capacity model, exactly as the simulator's engine and
+    latency accounting see a cluster (``elastore.sim``): the load spread evenly over the
+    serving nodes; a bootstrap from n streams D/n - D/(n+1) from each of the n senders; a
+    decommission streams the leaving node's D/n; a step violates when the p95 latency
+    (the request mix's, during a decommission) is over ``slo_ms`` (default: the model's).
+
+    Rules: ``bwman`` migrates at f() (``mig.rate``) and decommissions at the
+    cluster-p95-aware rate (``mig.decommission_rate``), BwMan's rule; ``store-default``
+    at ``default_mibps`` (Cassandra's 24 MiB/s)."""
+    cap = models.capacity
+    limit = cap.slo_ms if slo_ms is None else slo_ms
+    ns = np.arange(n_lo, n_hi + 1, dtype=float)[:, None]
+    load = np.asarray(load_rps, dtype=float)[None, :]
+    inter = np.broadcast_to(np.asarray(interference, dtype=float)[None, :],
+                            (len(ns), load.shape[1]))
+    lps = load / ns
+    idle = np.asarray(cap.latency_ms(lps, read_ratio, 0.0, inter)) > limit
+    out = []
+    for name in rules:
+        if name == "bwman":
+            add = np.asarray(mig.rate(lps, read_ratio, inter), dtype=float)
+            rem = np.asarray(mig.decommission_rate(lps, np.broadcast_to(ns, lps.shape),
+                                                   read_ratio, inter), dtype=float)
+        elif name == "store-default":
+            add = np.full(lps.shape, default_mibps)
+            rem = add
+        else:
+            raise ElastoreError(f"unknown rate rule {name!r}; choose from {', '.join(RULES)}")
+        add_v = np.asarray(cap.latency_ms(lps, read_ratio, add, inter)) > limit
+        p = mixture_p95(cap.latency_ms(lps, read_ratio, rem, inter), 1.0 / ns,
+                        cap.latency_ms(lps, read_ratio, rem / np.maximum(ns - 1, 1), inter))
+        out.append(RateRule(name, add, add_v, rem, np.asarray(p) > limit))
+    n = ns[:, 0]
+    return Horizon(step_s=step_s, n_lo=n_lo, idle_violates=idle, rules=tuple(out),
+                   boot_steps=max(0, math.ceil(boot_s / step_s - 1e-9)),
+                   add_bytes=data_bytes / n - data_bytes / (n + 1),
+                   remove_bytes=data_bytes / n)
