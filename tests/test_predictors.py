@@ -280,3 +280,53 @@ def test_a_horizon_beyond_the_warmup_is_a_clear_error() -> None:
     res = CliRunner().invoke(cli, ["predict", "evaluate", "--horizon", "700"])
     assert res.exit_code == 1 and "--horizon 700 h is longer than the warm-up" in res.output
     assert "Traceback" not in res.output
+
+
+def test_prorenata_forecasts_beyond_a_day() -> None:
+    """A forecast 24 steps or more ahead cannot use the lags of the last day before its
+    target (they lie after the origin); prorenata drops them instead of indexing past the
+    end of its history (it raised IndexError at H >= 24)."""
+    from elastore.predictor.registry import make
+
+    t = np.arange(24 * 7 * 8, dtype=float)
+    series = 1000 + 400 * np.sin(2 * np.pi * t / 24) + 100 * np.sin(2 * np.pi * t / 168)
+    p = make("prorenata").fit(series[:-200])
+    for v in series[-200:-100]:
+        p.update(float(v))
+    end = len(series) - 100
+    for h in (1, 23, 24, 25, 48, 99):
+        f = p.forecast(h)
+        assert np.isfinite(f) and f == pytest.approx(series[end - 1 + h], rel=0.05), h
+
+
+def test_intervals_cover_what_they_say_on_noise_of_a_known_spread() -> None:
+    """A daily pattern times log-normal noise: the calibrated 80 % and 95 % intervals of a
+    seasonal-naive forecast contain the actuals that often (+-3 points), at 1 and 6 steps."""
+    from elastore.predictor.intervals import Intervals
+    from elastore.predictor.naive import SeasonalNaive
+
+    rng = np.random.default_rng(11)
+    t = np.arange(24 * 7 * 30, dtype=float)
+    series = (1000 + 400 * np.sin(2 * np.pi * t / 24)) * np.exp(rng.normal(0, 0.05, t.size))
+    iv = Intervals(SeasonalNaive(24), horizons=6, window=672).fit(series[:1000], replay=500)
+    inside = {(h, c): [] for h in (1, 6) for c in (0.8, 0.95)}
+    for k in range(1000, len(series) - 6):
+        for (h, c), hits in inside.items():
+            lo, hi = iv.interval(h, c)
+            hits.append(lo <= series[k - 1 + h] <= hi)
+        iv.update(float(series[k]))
+    assert iv.calibrated
+    for (h, c), hits in inside.items():
+        assert abs(np.mean(hits) - c) < 0.03, (h, c, np.mean(hits))
+
+
+def test_predict_evaluate_reports_coverage() -> None:
+    res = CliRunner().invoke(cli, ["predict", "evaluate", "--start", "2009-01-01",
+                                   "--end", "2009-02-28", "--horizon", "1", "--methods",
+                                   "seasonal-naive-24", "--quantiles", "0.8,0.95", "--json"])
+    assert res.exit_code == 0, res.output
+    cov = json.loads(res.stdout)["methods"]["seasonal-naive-24"]["coverage"]
+    assert set(cov) == {"0.8", "0.95"} and 0.6 < cov["0.8"] < cov["0.95"] <= 1.0
+    bad = CliRunner().invoke(cli, ["predict", "evaluate", "--horizon", "1", "--quantiles",
+                                   "80"])
+    assert bad.exit_code == 1 and "must be in (0, 1)" in bad.output

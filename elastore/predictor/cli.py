@@ -40,10 +40,15 @@ def predict() -> None:
               help="Per-page trace only: also forecast every page and sum (prorenata-per-key).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG: one week of actuals against each method's forecast.")
+@click.option("--quantiles", default=None, metavar="C1,C2",
+              help="Also score calibrated central prediction intervals of these coverages "
+                   "(e.g. 0.8,0.95): the share of actuals inside each ('coverage' in the "
+                   "JSON) and its mean width relative to the forecast.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def evaluate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | None,
                  end: pd.Timestamp | None, horizon: int, warmup_hours: int, methods: str,
-                 per_key: bool, plot: Path | None, as_json: bool) -> None:
+                 per_key: bool, plot: Path | None, quantiles: str | None,
+                 as_json: bool) -> None:
     """Rolling-origin evaluation: each method sees data up to t and forecasts t+H.
 
     Prints sMAPE %, MAPE %, RMSE, MASE and seconds per method; the warm-up hours are not
@@ -58,6 +63,15 @@ def evaluate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
           --horizon 1 --warmup-hours 336 --per-key
     """
     names = parse_methods(methods)
+    coverages: list[float] = []
+    if quantiles:
+        try:
+            coverages = [float(x) for x in quantiles.split(",") if x.strip()]
+        except ValueError:
+            raise ElastoreError(f"--quantiles {quantiles!r}: want coverages such as "
+                                "0.8,0.95") from None
+        if not coverages or not all(0 < c < 1 for c in coverages):
+            raise ElastoreError(f"--quantiles {quantiles!r}: every coverage must be in (0, 1)")
     source = trace_path if trace_path is not None else builtin_trace_path()
     series = read_series(source, "auto", column)
     if start is not None or end is not None:
@@ -81,7 +95,8 @@ def evaluate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
              len(values), len(values) - warmup_hours, horizon)
     factories = [(n, METHODS[n]) for n in names]
     scores, forecasts = evaluate(factories, values, horizon, warmup_hours,
-                                 progress=lambda n: log.info("  %s done", n))
+                                 progress=lambda n: log.info("  %s done", n),
+                                 coverages=coverages)
     if per_key:
         from elastore.predictor.perkey import evaluate_per_key
 
@@ -105,9 +120,13 @@ def render_table(scores: dict[str, Scores], horizon: int, points: int, start: pd
     first = start + pd.Timedelta(hours=warmup)
     lines = [f"H={horizon} h, {points} scored hours from {first:%Y-%m-%d %H:%M}",
              f"{'method':<26}{'sMAPE %':>9}{'MAPE %':>9}{'RMSE':>14}{'MASE':>8}{'seconds':>9}"]
+    cov = next((s.coverage for s in scores.values() if s.coverage), None) or {}
+    lines[-1] += "".join(f"{'cover ' + c:>12}" for c in cov)
     for name, s in sorted(scores.items(), key=lambda kv: kv[1].smape):
         lines.append(f"{name:<26}{s.smape:9.3f}{s.mape:9.3f}{s.rmse:14,.0f}{s.mase:8.3f}"
-                     f"{s.seconds:9.2f}")
+                     f"{s.seconds:9.2f}"
+                     + "".join(f"{(s.coverage or {}).get(c, float('nan')):12.3f}"
+                               for c in cov))
     return "\n".join(lines)
 
 

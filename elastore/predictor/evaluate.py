@@ -19,10 +19,20 @@ class Scores:
     mase: float
     seconds: float
     points: int
+    #: central interval coverage -> the share of actuals inside it (``--quantiles``)
+    coverage: dict[str, float] | None = None
+    #: ... and the interval's mean width relative to the point forecast
+    width: dict[str, float] | None = None
 
-    def as_dict(self) -> dict[str, float]:
-        return {"smape": self.smape, "mape": self.mape, "rmse": self.rmse, "mase": self.mase,
-                "seconds": self.seconds}
+    def as_dict(self) -> dict[str, float | dict[str, float]]:
+        out: dict[str, float | dict[str, float]] = {
+            "smape": self.smape, "mape": self.mape, "rmse": self.rmse, "mase": self.mase,
+            "seconds": self.seconds}
+        if self.coverage is not None:
+            out["coverage"] = self.coverage
+        if self.width is not None:
+            out["relative_width"] = self.width
+        return out
 
 
 def rolling_forecasts(
@@ -45,6 +55,35 @@ def rolling_forecasts(
         out[origin + horizon] = predictor.forecast(horizon)
         predictor.update(float(series[origin + 1]))
     return out
+
+
+def rolling_intervals(predictor: Predictor, series: FloatArray, horizon: int, warmup: int,
+                      coverages: Sequence[float], window: int = 672
+                      ) -> tuple[FloatArray, dict[float, tuple[FloatArray, FloatArray]]]:
+    """As :func:`rolling_forecasts`, and the central ``coverages`` intervals of every
+    forecast, calibrated on the errors of forecasts made before it (part of the warm-up is
+    replayed so the first scored forecast already has errors to calibrate on)."""
+    from elastore.predictor.intervals import Intervals
+
+    n = len(series)
+    out = np.full(n, np.nan)
+    bands = {c: (np.full(n, np.nan), np.full(n, np.nan)) for c in coverages}
+    first_origin = warmup - horizon
+    if warmup >= n:
+        return out, bands
+    if first_origin < 0:
+        raise ValueError(f"warm-up ({warmup} h) must be at least the horizon ({horizon} h)")
+    replay = max(0, min(window, first_origin + 1 - max(predictor.min_history, 2 * horizon)))
+    iv = Intervals(predictor, horizons=horizon, window=window)
+    iv.fit(series[: first_origin + 1], replay=replay)
+    for origin in range(first_origin, n - horizon):
+        t = origin + horizon
+        out[t] = iv.path()[horizon - 1]
+        for c in coverages:
+            lo, hi = iv.interval(horizon, c)
+            bands[c][0][t], bands[c][1][t] = lo, hi
+        iv.update(float(series[origin + 1]))
+    return out, bands
 
 
 def score(actual: FloatArray, forecast: FloatArray, season: int = 24,
@@ -78,18 +117,33 @@ def score(actual: FloatArray, forecast: FloatArray, season: int = 24,
 def evaluate(
     factories: Sequence[tuple[str, Callable[[], Predictor]]], series: FloatArray, horizon: int,
     warmup: int, progress: Callable[[str], None] | None = None,
+    coverages: Sequence[float] = (),
 ) -> tuple[dict[str, Scores], dict[str, FloatArray]]:
-    """Score each method by rolling origin; returns scores and the forecast arrays."""
+    """Score each method by rolling origin; returns scores and the forecast arrays. With
+    ``coverages``, also the measured coverage of its calibrated central intervals."""
     scores: dict[str, Scores] = {}
     forecasts: dict[str, FloatArray] = {}
     for name, make in factories:
         t0 = time.perf_counter()
-        fc = rolling_forecasts(make(), series, horizon, warmup)
+        cover: dict[str, float] | None = None
+        width: dict[str, float] | None = None
+        if coverages:
+            fc, bands = rolling_intervals(make(), series, horizon, warmup, coverages)
+            ok = np.isfinite(series) & np.isfinite(fc)
+            ok[:warmup] = False
+            cover = {f"{c:g}": float(np.mean((bands[c][0][ok] <= series[ok])
+                                              & (series[ok] <= bands[c][1][ok])))
+                     for c in coverages}
+            width = {f"{c:g}": float(np.mean((bands[c][1][ok] - bands[c][0][ok])
+                                              / np.maximum(fc[ok], 1e-9)))
+                     for c in coverages}
+        else:
+            fc = rolling_forecasts(make(), series, horizon, warmup)
         seconds = time.perf_counter() - t0
         scored = fc.copy()
         scored[:warmup] = np.nan
         s, m, r, ms, pts = score(series, scored, train=series[:warmup])
-        scores[name] = Scores(s, m, r, ms, seconds, pts)
+        scores[name] = Scores(s, m, r, ms, seconds, pts, cover, width)
         forecasts[name] = fc
         if progress is not None:
             progress(name)

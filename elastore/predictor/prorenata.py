@@ -261,6 +261,15 @@ def _inputs(horizon: int, lags: _LagSet) -> IntArray:
     return np.array([*range(RECENT), *(k - horizon for k in lags.seasonal)])
 
 
+def _for_horizon(lags: _LagSet, horizon: int) -> _LagSet:
+    """The lags and parametrisations a forecast ``horizon`` steps ahead can use: a seasonal
+    lag or a difference reaching back fewer steps than the horizon would need values after
+    the origin (a day-ahead forecast cannot use the hour 23 h before its target). For
+    horizons under a day this is the whole set."""
+    members = tuple(m for m in lags.members if m.diff == 0 or m.diff >= horizon)
+    return _LagSet(tuple(k for k in lags.seasonal if k >= horizon), members or (LEVELS,))
+
+
 class ProRenaTa(Predictor):
     """Our default: a combination of robust, adaptive log-space filters with seasonal lags."""
 
@@ -322,7 +331,8 @@ class ProRenaTa(Predictor):
     def _refit(self, horizon: int) -> list[FloatArray]:
         x = self.clean.array()
         n = len(x)
-        for lags in LAG_SETS:
+        for full in LAG_SETS:
+            lags = _for_horizon(full, horizon)
             lo = lags.max_lag
             origins = np.arange(max(lo, n - horizon - WINDOW), n - horizon)
             if origins.size >= ROWS_PER_COEFFICIENT * lags.coefficients:

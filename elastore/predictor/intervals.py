@@ -1,0 +1,128 @@
+"""Forecast paths and calibrated quantiles for any point predictor.
+
+:class:`Intervals` wraps a :class:`~elastore.predictor.base.Predictor` (scikit-learn's
+meta-estimator style: same ``fit`` / ``update``) and, after every observation, keeps the
+forecast path it made for the next ``horizons`` steps. When a value arrives it scores every
+earlier path that forecast it: the error at horizon h is ``log1p(actual) -
+log1p(forecast)``, kept over a sliding window of the last ``window`` origins. A quantile
+of the forecast at horizon h is the forecast shifted by that quantile of the errors at h
+(split-conformal, per horizon, in log space where Wikipedia's errors are about
+symmetric). It assumes only that the near future errs as the recent past did; it adapts as
+the errors change, and its coverage is measured, never assumed (``predict evaluate
+--quantiles``).
+
+With fewer than ``min_errors`` errors at a horizon it pools the errors of all horizons up
+to it; with none at all it falls back to a wide prior (log-normal, sigma 0.1 x sqrt(h)),
+and says so in :attr:`Intervals.calibrated`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Self
+
+import numpy as np
+
+from elastore.predictor.base import FloatArray, Predictor
+
+PRIOR_SIGMA = 0.1  # log-space spread per sqrt(step) before any error has been seen
+#: quantile levels and weights of the load scenarios a planner weighs: the mid-points of
+#: bins that are finer in the upper tail, where a shortfall violates the SLO
+SCENARIO_EDGES = (0.0, 0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98, 0.995, 1.0)
+
+
+def scenario_levels() -> tuple[FloatArray, FloatArray]:
+    """(levels, weights): quantile levels of the scenarios and the probability each
+    stands for."""
+    e = np.asarray(SCENARIO_EDGES)
+    return (e[:-1] + e[1:]) / 2, np.diff(e)
+
+
+class Intervals:
+    """A point predictor with the record of its own errors per horizon."""
+
+    def __init__(self, predictor: Predictor, horizons: int, window: int = 672,
+                 min_errors: int = 48) -> None:
+        if horizons < 1 or window < 1:
+            raise ValueError("horizons and window must be >= 1")
+        self.p = predictor
+        self.horizons = horizons
+        self.window = window
+        self.min_errors = min_errors
+        self._paths: deque[tuple[int, FloatArray]] = deque(maxlen=horizons)
+        self._errors: list[deque[float]] = [deque(maxlen=window) for _ in range(horizons)]
+        self._path: FloatArray = np.zeros(horizons)
+
+    @property
+    def name(self) -> str:
+        return self.p.name
+
+    def fit(self, history: FloatArray, replay: int = 0) -> Self:
+        """Fit on ``history``; the last ``replay`` values are fed one by one instead, so
+        the errors of forecasts made inside the history are known at once."""
+        history = np.asarray(history, dtype=float)
+        replay = max(0, min(replay, len(history) - 1))
+        self.p.fit(history[: len(history) - replay])
+        self._paths.clear()
+        for e in self._errors:
+            e.clear()
+        self._remember()
+        for v in history[len(history) - replay:]:
+            self.update(float(v))
+        return self
+
+    def update(self, value: float) -> None:
+        value = float(value)
+        n = self.p.n_seen_ + 1  # the index of this value, counted from 1
+        if math.isfinite(value) and value >= 0:
+            for origin, path in self._paths:
+                h = n - origin
+                if 1 <= h <= self.horizons:
+                    self._errors[h - 1].append(math.log1p(value) - math.log1p(path[h - 1]))
+        self.p.update(value)
+        self._remember()
+
+    def _remember(self) -> None:
+        self._path = np.array([self.p.forecast(h) for h in range(1, self.horizons + 1)])
+        self._paths.append((self.p.n_seen_, self._path))
+
+    # -- forecasts ---------------------------------------------------------------------------
+    def path(self) -> FloatArray:
+        """The point forecasts for the next 1..horizons steps."""
+        return self._path.copy()
+
+    def errors(self, h: int) -> FloatArray:
+        """The log errors the quantiles at horizon ``h`` rest on (pooled when few)."""
+        own = self._errors[h - 1]
+        if len(own) >= self.min_errors:
+            return np.asarray(own)
+        pooled = [x for e in self._errors[:h] for x in e]
+        return np.asarray(pooled)
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether every horizon has errors of its own to calibrate on."""
+        return all(len(e) >= self.min_errors for e in self._errors)
+
+    def quantile_paths(self, levels: FloatArray) -> FloatArray:
+        """(len(levels), horizons): the forecast path at each quantile level."""
+        levels = np.asarray(levels, dtype=float)
+        out = np.empty((len(levels), self.horizons))
+        base = np.log1p(np.maximum(self._path, 0.0))
+        for h in range(1, self.horizons + 1):
+            err = self.errors(h)
+            if err.size:
+                shift = np.quantile(err, levels)
+            else:
+                from scipy.stats import norm
+
+                shift = norm.ppf(levels) * PRIOR_SIGMA * math.sqrt(h)
+            out[:, h - 1] = np.expm1(base[h - 1] + shift)
+        return np.maximum(out, 0.0)
+
+    def interval(self, h: int, coverage: float) -> tuple[float, float]:
+        """The central ``coverage`` interval of the forecast ``h`` steps ahead."""
+        lo, hi = (1 - coverage) / 2, 1 - (1 - coverage) / 2
+        q = self.quantile_paths(np.array([lo, hi]))[:, h - 1]
+        return float(q[0]), float(q[1])
