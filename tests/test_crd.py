@@ -66,6 +66,11 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.prediction.horizon": lambda p: p.prediction_horizon_s,
     "spec.prediction.step": lambda p: p.prediction_step_s,
     "spec.prediction.headroom": lambda p: p.headroom,
+    "spec.planner": lambda p: None,
+    "spec.planner.mode": lambda p: p.planner_mode,
+    "spec.planner.lookahead": lambda p: p.lookahead_s,
+    "spec.cost": lambda p: None,
+    "spec.cost.violationPenalty": lambda p: p.violation_penalty,
     "spec.migration": lambda p: None,
     "spec.migration.policy": lambda p: p.migration_policy,
     "spec.migration.minMiBps": lambda p: p.min_migration_mibps,
@@ -102,7 +107,8 @@ def test_every_schema_default_is_the_parsers() -> None:
             spec["capacityModel"] = {"configMapRef": {"name": "models"}}
         got = DEFAULTS[path](parse(spec))
         want = parse_duration(default, path) if isinstance(default, str) and \
-            path.endswith(("controlPeriod", "horizon", "step", "staleAfter", "warmup")) \
+            path.endswith(("controlPeriod", "horizon", "step", "staleAfter", "warmup",
+                           "lookahead")) \
             else default
         assert got == pytest.approx(want) if isinstance(want, float) else got == want, path
 

@@ -206,8 +206,10 @@ def snapshot(history: list[float], now: float = 10_000.0, step: float = 60.0,
 
 
 def fast_spec(**kw: Any) -> Any:
+    """A policy deciding every minute with the window planner (the paper's scheduler),
+    whose loop mechanics the tests below pin down."""
     s = spec_with(controlPeriod="60s", prediction={"horizon": "60s", "step": "60s"},
-                  metrics=PROM, **kw)
+                  metrics=PROM, planner={"mode": "Window"}, **kw)
     return parse(s)
 
 
@@ -282,6 +284,7 @@ def test_stabilization_remembers_recommendations_not_its_own_output(ms: ModelSet
     and then happens (remembering the stabilized 4 would hold it off for ever)."""
     per = float(ms.capacity.capacity(0.95, 0, 0)) * 0.9
     spec = parse(spec_with(controlPeriod="60s", prediction={"horizon": "60s", "step": "60s"},
+                           planner={"mode": "Window"},
                            metrics=PROM, scaleDown={"stabilizationSeconds": 180},
                            migration={"nodeOverheadSeconds": 0}))
     mem = control.Memory()
@@ -306,6 +309,7 @@ def test_a_planned_start_is_never_pushed_back_by_the_next_period(ms: ModelSet) -
     falls due; a need that disappears drops its action."""
     per = float(ms.capacity.capacity(0.95, 0, 0)) * 0.9
     spec = parse(spec_with(controlPeriod="60s", prediction={"horizon": "180s", "step": "60s"},
+                           planner={"mode": "Window"},
                            metrics=PROM, migration={"nodeOverheadSeconds": 0}))
     high = [3.5 * per] * 10  # persistence: 4 servers needed by every window's end
     small = 64 * 2**20  # a quick migration: the start is near the window's end

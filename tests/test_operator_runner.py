@@ -40,12 +40,14 @@ def ms() -> ModelSet:
 
 
 class Rig:
-    """A policy, its simulated StatefulSet and the load, driven in 5 s steps."""
+    """A policy, its simulated StatefulSet and the load, driven in 5 s steps. The window
+    planner by default: its decisions are the simplest to follow step by step."""
 
     def __init__(self, ms: ModelSet, load: Callable[[float], float], mode: str = "Enforce",
-                 start_s: float = -3600.0) -> None:
+                 start_s: float = -3600.0, planner: str = "Window") -> None:
         spec = copy.deepcopy(SPEC)
         spec["mode"] = mode
+        spec["planner"] = {"mode": planner, "lookahead": "2h"}
         self.cluster = Cluster.balanced(3, 3 * GIB, boot_s=30.0)
         self.kube = SimulatedKube(self.cluster, NS, STS, volume_bytes=100 * GIB)
         self.policies = MemoryPolicies.of(NS, POLICY, spec)
@@ -97,22 +99,29 @@ def day(ms: ModelSet) -> Callable[[float], float]:
     return load
 
 
-def test_enforce_scales_out_then_in_node_by_node_and_loses_nothing(ms: ModelSet) -> None:
-    rig = Rig(ms, day(ms))
+@pytest.mark.parametrize("planner", ["Horizon", "Window"])
+def test_enforce_scales_out_then_in_node_by_node_and_loses_nothing(ms: ModelSet,
+                                                                   planner: str) -> None:
+    rig = Rig(ms, day(ms), planner=planner)
     peak = 3
-    while rig.t < 3600:
+    # the horizon planner keeps a spare node until its quantiles are calibrated on its own
+    # errors (the day's 84 % rise in ten minutes is in the spread it knows until then)
+    while rig.t < (3600 if planner == "Window" else 3 * 3600):
         rig.run(rig.t + 60)
         peak = max(peak, rig.kube.spec_replicas)
-    assert peak == 5 and rig.kube.spec_replicas == 3, rig.kube.calls
+    assert 5 <= peak <= 6 and rig.kube.spec_replicas == 3, rig.kube.calls
     assert rig.kube.violations == []
+    # up one node at a time, then down one node at a time
+    sizes = [int(c.split()[1]) for c in rig.calls("scale")]
+    assert sizes == [*range(4, peak + 1), *range(peak - 1, 2, -1)], sizes
     # every scale-in decommissioned its node exactly once, before its pod went
-    assert rig.calls("decommission") == ["decommission db-4", "decommission db-3"]
-    assert rig.calls("scale") == ["scale 4", "scale 5", "scale 4", "scale 3"]
+    assert rig.calls("decommission") == [f"decommission db-{k}"
+                                         for k in range(peak - 1, 2, -1)]
     assert rig.calls("setstreamthroughput")  # BwMan's rate, set in Enforce mode
     st = rig.policies.status
     assert st.get("operation") is None and rig.cond("Ready")["status"] == "True"
     reasons = [r for r, _, _ in rig.policies.events]
-    assert reasons.count("ScaleOutStarted") == 2 and reasons.count("ScaleInStarted") == 2
+    assert reasons.count("ScaleOutStarted") == reasons.count("ScaleInStarted") == peak - 3
     assert rig.cluster.total_bytes() == pytest.approx(3 * GIB)
 
 

@@ -31,21 +31,29 @@ DECOMMISSION_CANDIDATES = 49  # rates tried between 0 and the ceiling
 
 def mixture_p95(p_a: Any, share_a: Any, p_b: Any) -> Any:
     """p95 of a request mix: a share ``share_a`` sees a server whose p95 is ``p_a``, the
-    rest see ``p_b``; each server's latency tail is taken as exponential (M/M/1-like).
-    Solved by bisection, vectorised."""
+    rest see ``p_b``; each server's latency tail is taken as exponential (M/M/1-like), so
+    the mix's tail is ``s exp(-a x / p_a) + (1 - s) exp(-a x / p_b)`` with a = ln 20, and
+    its p95 is where that falls to 0.05. The tail is decreasing and convex and is >= 0.05
+    at the smaller p95, so Newton's method from there climbs to the root without
+    overshooting; vectorised, to 1e-12 relative."""
     a = math.log(20.0)
     p_a, share_a, p_b = np.broadcast_arrays(np.asarray(p_a, dtype=float),
                                             np.asarray(share_a, dtype=float),
                                             np.asarray(p_b, dtype=float))
-    lo = np.minimum(p_a, p_b)
+    x = np.minimum(p_a, p_b)
     hi = np.maximum(p_a, p_b)
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        tail = share_a * np.exp(-a * mid / p_a) + (1 - share_a) * np.exp(-a * mid / p_b)
-        above = tail > 0.05
-        lo = np.where(above, mid, lo)
-        hi = np.where(above, hi, mid)
-    return (lo + hi) / 2
+    ka, kb = a / p_a, a / p_b
+    for _ in range(60):
+        ea, eb = share_a * np.exp(-ka * x), (1 - share_a) * np.exp(-kb * x)
+        f = ea + eb - 0.05
+        slope = -(ka * ea + kb * eb)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            dx = np.where(slope < 0, -f / slope, 0.0)
+        dx = np.where(np.isfinite(dx), np.maximum(dx, 0.0), 0.0)
+        x = np.minimum(x + dx, hi)
+        if not np.any(dx > 1e-12 * np.maximum(x, 1e-300)):
+            break
+    return x
 
 
 def data_to_move_bytes(data_bytes: float, n_from: int, n_to: int) -> float:

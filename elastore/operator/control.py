@@ -31,6 +31,8 @@ from elastore.planner.loop import (
     next_action,
     target_at,
 )
+from elastore.planner.types import LoadPath
+from elastore.predictor.intervals import Intervals, describe, scenario_levels
 from elastore.predictor.registry import make
 
 __all__ = ["HISTORY_STEPS", "Decision", "Memory", "PlannedAction", "decide", "forecast",
@@ -43,8 +45,25 @@ __all__ = ["HISTORY_STEPS", "Decision", "Memory", "PlannedAction", "decide", "fo
 HISTORY_STEPS = 336
 
 
-def history_steps(method: str) -> int:
-    return max(HISTORY_STEPS, int(make(method).min_history) + 24)
+#: steps of history replayed through the predictor, so the forecast's quantiles are
+#: calibrated on its own errors (two weeks of hours)
+CALIBRATION_STEPS = 336
+
+
+def history_steps(method: str, horizon_steps: int = 0) -> int:
+    """Steps of load history to ask Prometheus for. With ``horizon_steps`` (the horizon
+    planner's path), enough to also replay :data:`CALIBRATION_STEPS` of it."""
+    need = int(make(method).min_history) + 24
+    if horizon_steps:
+        need += CALIBRATION_STEPS + horizon_steps
+    return max(HISTORY_STEPS, need)
+
+
+def path_steps(spec: PolicySpec) -> int:
+    """Forecast steps the horizon planner's path covers (0: the window planner)."""
+    if spec.planner_mode != "Horizon":
+        return 0
+    return max(1, math.ceil(spec.lookahead_s / spec.prediction_step_s))
 
 
 # -- the loop's memory in the CR status ---------------------------------------------------------
@@ -96,7 +115,9 @@ def planner_config(spec: PolicySpec) -> PlannerConfig:
         scale_down_stabilization_s=spec.stabilization_s,
         node_overhead_s=spec.node_overhead_s,
         policy=Policy(spec.migration_policy), min_migration_mibps=spec.min_migration_mibps,
-        max_migration_mibps=spec.max_migration_mibps)
+        max_migration_mibps=spec.max_migration_mibps,
+        mode="horizon" if spec.planner_mode == "Horizon" else "window",
+        lookahead_s=spec.lookahead_s, penalty=spec.violation_penalty)
 
 
 def policy_loop(spec: PolicySpec, models: ModelSet) -> PolicyLoop:
@@ -118,19 +139,34 @@ def forecast(spec: PolicySpec, snap: Snapshot) -> Forecast:
     # history would pick a seasonal fallback on a few real values
     hist = hist[int(finite[0]):]
     pred = make(spec.prediction_method)
-    pred.fit(hist)
-    used = pred.name
-    if pred.fallback_name is not None:
-        used = (f"{pred.fallback_name} (fallback: {np.isfinite(hist).sum()} of "
-                f"{pred.min_history} steps of history)")
-    ratio = spec.prediction_horizon_s / spec.prediction_step_s
-    if ratio >= 1:
-        value = pred.forecast(max(1, round(ratio)))
+    steps = path_steps(spec)
+    iv = None
+    if steps:
+        iv = Intervals(pred, horizons=steps)
+        replay = max(0, min(CALIBRATION_STEPS, len(hist) - max(pred.min_history, 1)))
+        iv.fit(hist, replay=replay)
     else:
-        value = snap.load_rps + (pred.forecast(1) - snap.load_rps) * ratio
+        pred.fit(hist)
+    used = describe(pred, iv)
+    ratio = spec.prediction_horizon_s / spec.prediction_step_s
+    point = iv.path() if iv is not None else None
+    if ratio >= 1:
+        k = max(1, round(ratio))
+        value = float(point[k - 1]) if point is not None and k <= len(point) else \
+            pred.forecast(k)
+    else:
+        first = float(point[0]) if point is not None else pred.forecast(1)
+        value = snap.load_rps + (first - snap.load_rps) * ratio
     if not math.isfinite(value) or value < 0:
         raise ElastoreError(f"the {spec.prediction_method} forecast is {value!r}")
-    return Forecast(float(value), snap.at_s + spec.prediction_horizon_s, used)
+    path = None
+    if iv is not None and point is not None:
+        if not np.all(np.isfinite(point)):
+            raise ElastoreError(f"the {spec.prediction_method} forecast path is not finite")
+        levels, weights = scenario_levels()
+        times = snap.at_s + spec.prediction_step_s * np.arange(1, steps + 1, dtype=float)
+        path = LoadPath(times, point, iv.quantile_paths(levels), weights)
+    return Forecast(float(value), snap.at_s + spec.prediction_horizon_s, used, path)
 
 
 def decide(spec: PolicySpec, snap: Snapshot, replicas: int, models: ModelSet,

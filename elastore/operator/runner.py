@@ -218,7 +218,8 @@ class Runner:
     def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float
                 ) -> tuple[control.Decision, Snapshot]:
         source = self.source(spec)
-        snap = source.snapshot(now, control.history_steps(spec.prediction_method),
+        snap = source.snapshot(now, control.history_steps(spec.prediction_method,
+                                                          control.path_steps(spec)),
                                spec.prediction_step_s)
         interference = 0.0
         if spec.interference:

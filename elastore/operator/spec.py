@@ -102,6 +102,9 @@ class PolicySpec:
     prediction_horizon_s: float = 600.0
     prediction_step_s: float = 3600.0
     headroom: float = 0.1
+    planner_mode: str = "Horizon"
+    lookahead_s: float = 86400.0
+    violation_penalty: float = 100.0
     migration_policy: str = "PreferClients"
     min_migration_mibps: float = 1.0
     max_migration_mibps: float = 24.0
@@ -203,6 +206,18 @@ def parse(spec: Any) -> PolicySpec:
                         "least until the next", "spec.prediction.horizon")
     headroom = _num(_get(pred, "headroom", 0.1, "spec.prediction"), "spec.prediction.headroom",
                     0, 0.9)
+    plan_ = spec.get("planner") or {}
+    planner_mode = _enum(_get(plan_, "mode", "Horizon", "spec.planner"), ("Horizon", "Window"),
+                         "spec.planner.mode")
+    lookahead = parse_duration(_get(plan_, "lookahead", "24h", "spec.planner"),
+                               "spec.planner.lookahead")
+    if lookahead > 168 * 3600:
+        raise SpecError("must be at most 168h", "spec.planner.lookahead")
+    if lookahead < horizon:
+        raise SpecError("planner.lookahead must be >= prediction.horizon",
+                        "spec.planner.lookahead")
+    penalty = _num(_get(spec.get("cost"), "violationPenalty", 100, "spec.cost"),
+                   "spec.cost.violationPenalty", 0, 1e6)
     mig = spec.get("migration") or {}
     policy = _enum(_get(mig, "policy", "PreferClients", "spec.migration"),
                    ("PreferClients", "PreferMigration"), "spec.migration.policy")
@@ -247,6 +262,7 @@ def parse(spec: Any) -> PolicySpec:
         target=target, min_replicas=lo, max_replicas=hi, slo_latency_ms=latency,
         slo_percentile=pct, control_period_s=period, mode=mode, prediction_method=method,
         prediction_horizon_s=horizon, prediction_step_s=step, headroom=headroom,
+        planner_mode=planner_mode, lookahead_s=lookahead, violation_penalty=penalty,
         migration_policy=policy, min_migration_mibps=mn, max_migration_mibps=mx,
         node_overhead_s=overhead,
         model_configmap=str(cm["name"]) if isinstance(cm, dict) and cm.get("name") else None,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from elastore.models.bundle import ModelSet
 from elastore.planner.prorenata import plan
 from elastore.planner.stabilization import Recommendations, remember
-from elastore.planner.types import Observation, Operation, Plan, PlannerConfig
+from elastore.planner.types import LoadPath, Observation, Operation, Plan, PlannerConfig
 
 
 @dataclass(frozen=True)
@@ -73,11 +73,13 @@ class Observed:
 
 @dataclass(frozen=True)
 class Forecast:
-    """The load forecast for ``for_s`` (the end of this period's planning window)."""
+    """The load forecast for ``for_s`` (the end of this period's planning window), and for
+    the horizon planner the whole path with its quantile scenarios."""
 
     rps: float
     for_s: float
     method: str  # what produced it (a fallback says so)
+    path: LoadPath | None = None
 
 
 @dataclass(frozen=True)
@@ -164,11 +166,15 @@ class PolicyLoop:
                           forecast_rps=forecast.rps, read_ratio=observed.read_ratio,
                           data_bytes=observed.data_bytes, interference=observed.interference,
                           predicted_now_rps=predicted_now, operation=observed.operation,
-                          recent_desired=memory.recent_desired)
+                          recent_desired=memory.recent_desired, path=forecast.path)
         p = plan(obs, cfg, self.models)
-        actions = commit(memory.actions,
-                         tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason)
-                               for a in p.actions))
+        actions = tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason)
+                        for a in p.actions)
+        if cfg.mode == "window":
+            # the window scheduler starts each action at the last moment of its window;
+            # the horizon planner times it on the whole path, and its plans may pass the
+            # same size twice (up, then down), which a commitment by size would scramble
+            actions = commit(memory.actions, actions)
         err = None
         if predicted_now is not None and predicted_now > 0:
             err = observed.load_rps / predicted_now - 1

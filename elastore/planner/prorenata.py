@@ -229,9 +229,14 @@ def _migration(w: _Window) -> tuple[float, Allocation | None]:
 
 
 def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
-    """Plan one control window starting at ``obs.now_s``."""
+    """Plan one control window starting at ``obs.now_s`` (``cfg.mode == "horizon"``: the
+    cheapest schedule over the whole horizon, :mod:`elastore.planner.horizon`)."""
     cfg.validate()
     obs.validate()
+    if cfg.mode == "horizon":
+        from elastore.planner.horizon import plan_horizon
+
+        return plan_horizon(obs, cfg, models)
     w = _window(obs, cfg, models)
     capacity = float(models.capacity.capacity(obs.read_ratio, 0.0, obs.interference))
     tg = _targets(w)

@@ -6,10 +6,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from elastore.models.bandwidth import Allocation, Policy
 from elastore.models.capacity import ModelError
 
+FloatArray = npt.NDArray[np.float64]
 MergeRule = Literal["elastore", "pseudocode"]
+PlannerMode = Literal["window", "horizon"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,13 @@ class PlannerConfig:
     total_bandwidth_mbit: float | None = None  # per server; enables the BwMan split
     merge: MergeRule = "elastore"
     reactive: bool = True
+    #: "window": the paper's scheduler over one window (proactive + reactive, last-moment
+    #: starts); "horizon": the cheapest schedule over ``lookahead_s`` of the forecast's
+    #: scenarios (elastore.planner.horizon)
+    mode: PlannerMode = "window"
+    lookahead_s: float = 86400.0  # horizon mode: how far the plan looks
+    plan_step_s: float = 0.0  # horizon mode: its time step (0: a fifth of the window)
+    penalty: float = 100.0  # VM-hours an hour of SLO violation costs (horizon mode)
 
     def validate(self) -> None:
         problems = []
@@ -51,6 +63,13 @@ class PlannerConfig:
             problems.append("migration rate bounds must satisfy 0 <= min <= max, max > 0")
         if self.merge not in ("elastore", "pseudocode"):
             problems.append(f"unknown merge rule {self.merge!r}")
+        if self.mode not in ("window", "horizon"):
+            problems.append(f"unknown planner mode {self.mode!r}")
+        if self.mode == "horizon" and not self.lookahead_s >= self.window_s:
+            problems.append(f"lookahead {self.lookahead_s:g} s is shorter than the window "
+                            f"{self.window_s:g} s")
+        if not self.penalty >= 0 or self.plan_step_s < 0:
+            problems.append("the penalty and the plan step must be >= 0")
         if problems:
             raise ModelError("invalid planner configuration: " + "; ".join(problems))
 
@@ -58,6 +77,47 @@ class PlannerConfig:
     def floor(self) -> int:
         """Never fewer servers than this: min replicas and the replication factor."""
         return max(self.min_replicas, self.replication_factor)
+
+    @property
+    def step_s(self) -> float:
+        """The horizon planner's time step."""
+        return self.plan_step_s or max(10.0, self.window_s / 5)
+
+
+@dataclass(frozen=True)
+class LoadPath:
+    """The load forecast over the planning horizon: at ``times_s`` (absolute, increasing,
+    after now), the median and ``K`` scenarios (quantile paths) with the probability each
+    stands for."""
+
+    times_s: FloatArray  # (H,)
+    median_rps: FloatArray  # (H,)
+    scenarios_rps: FloatArray  # (K, H)
+    weights: FloatArray  # (K,), summing to 1
+
+    def validate(self) -> None:
+        h = len(self.times_s)
+        if h < 1 or self.median_rps.shape != (h,) or self.scenarios_rps.ndim != 2 or \
+                self.scenarios_rps.shape[1] != h or self.weights.shape != (
+                    self.scenarios_rps.shape[0],):
+            raise ModelError("malformed load path: times, median, scenarios and weights "
+                             "must agree in length")
+        for name, a in (("times", self.times_s), ("median", self.median_rps),
+                        ("scenarios", self.scenarios_rps), ("weights", self.weights)):
+            if not np.all(np.isfinite(a)) or np.any(a < 0):
+                raise ModelError(f"load path {name}: every value must be finite and >= 0 "
+                                 "(a missing forecast is an error, never 0)")
+        if np.any(np.diff(self.times_s) <= 0):
+            raise ModelError("load path times must increase")
+        if abs(float(self.weights.sum()) - 1) > 1e-6:
+            raise ModelError(f"load path weights sum to {float(self.weights.sum()):g}, not 1")
+
+    @classmethod
+    def flat(cls, at_s: float, forecast_rps: float) -> LoadPath:
+        """One certain forecast (no scenarios): the load moves linearly from now to it and
+        stays."""
+        return cls(np.array([at_s]), np.array([forecast_rps]), np.array([[forecast_rps]]),
+                   np.array([1.0]))
 
 
 @dataclass(frozen=True)
@@ -88,6 +148,7 @@ class Observation:
     predicted_now_rps: float | None = None  # the forecast made a window ago for now
     operation: Operation | None = None
     recent_desired: tuple[tuple[float, int], ...] = ()  # (time, desired) of past plans
+    path: LoadPath | None = None  # the forecast over the horizon (horizon mode)
 
     def validate(self) -> None:
         for name in ("load_rps", "forecast_rps", "read_ratio", "data_bytes", "interference"):

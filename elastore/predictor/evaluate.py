@@ -73,7 +73,7 @@ def rolling_intervals(predictor: Predictor, series: FloatArray, horizon: int, wa
         return out, bands
     if first_origin < 0:
         raise ValueError(f"warm-up ({warmup} h) must be at least the horizon ({horizon} h)")
-    replay = max(0, min(window, first_origin + 1 - max(predictor.min_history, 2 * horizon)))
+    replay = max(0, min(window, first_origin + 1 - max(predictor.min_history, 1)))
     iv = Intervals(predictor, horizons=horizon, window=window)
     iv.fit(series[: first_origin + 1], replay=replay)
     for origin in range(first_origin, n - horizon):

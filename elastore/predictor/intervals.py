@@ -12,8 +12,10 @@ the errors change, and its coverage is measured, never assumed (``predict evalua
 --quantiles``).
 
 With fewer than ``min_errors`` errors at a horizon it pools the errors of all horizons up
-to it; with none at all it falls back to a wide prior (log-normal, sigma 0.1 x sqrt(h)),
-and says so in :attr:`Intervals.calibrated`.
+to it; with too few of those too (a young series), it uses how much the history itself
+moved over h steps (the errors persistence would have made: a spread no worse than the
+history's own), and with no history at all a log-normal prior (sigma 0.1). It says so in
+:attr:`Intervals.calibrated`.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 
 from elastore.predictor.base import FloatArray, Predictor
 
-PRIOR_SIGMA = 0.1  # log-space spread per sqrt(step) before any error has been seen
+PRIOR_SIGMA = 0.1  # log-space spread with no error and no history at all
+MIN_MOVES = 10  # moves of the history needed to use them as a spread
 #: quantile levels and weights of the load scenarios a planner weighs: the mid-points of
 #: bins that are finer in the upper tail, where a shortfall violates the SLO
 SCENARIO_EDGES = (0.0, 0.02, 0.1, 0.25, 0.5, 0.75, 0.9, 0.98, 0.995, 1.0)
@@ -37,6 +40,18 @@ def scenario_levels() -> tuple[FloatArray, FloatArray]:
     stands for."""
     e = np.asarray(SCENARIO_EDGES)
     return (e[:-1] + e[1:]) / 2, np.diff(e)
+
+
+def describe(pred: Predictor, iv: Intervals | None = None) -> str:
+    """What produced a forecast, for a decision's reason: the method, or the fallback it
+    used and why, and whether its quantiles are calibrated yet."""
+    used = pred.name
+    if pred.fallback_name is not None:
+        used = (f"{pred.fallback_name} (fallback: {pred.n_seen_} of {pred.min_history} steps "
+                "of history)")
+    if iv is not None and not iv.calibrated:
+        used += " (quantiles not yet calibrated on its own errors: a wide prior)"
+    return used
 
 
 class Intervals:
@@ -53,6 +68,7 @@ class Intervals:
         self._paths: deque[tuple[int, FloatArray]] = deque(maxlen=horizons)
         self._errors: list[deque[float]] = [deque(maxlen=window) for _ in range(horizons)]
         self._path: FloatArray = np.zeros(horizons)
+        self._history_log: FloatArray = np.zeros(0)
 
     @property
     def name(self) -> str:
@@ -63,6 +79,9 @@ class Intervals:
         the errors of forecasts made inside the history are known at once."""
         history = np.asarray(history, dtype=float)
         replay = max(0, min(replay, len(history) - 1))
+        fitted = history[: len(history) - replay]  # the replayed values are added as seen
+        good = fitted[np.isfinite(fitted) & (fitted >= 0)]
+        self._history_log = np.log1p(good)[-(self.window + self.horizons):]
         self.p.fit(history[: len(history) - replay])
         self._paths.clear()
         for e in self._errors:
@@ -76,6 +95,8 @@ class Intervals:
         value = float(value)
         n = self.p.n_seen_ + 1  # the index of this value, counted from 1
         if math.isfinite(value) and value >= 0:
+            self._history_log = np.append(self._history_log, math.log1p(value))[
+                -(self.window + self.horizons):]
             for origin, path in self._paths:
                 h = n - origin
                 if 1 <= h <= self.horizons:
@@ -93,11 +114,20 @@ class Intervals:
         return self._path.copy()
 
     def errors(self, h: int) -> FloatArray:
-        """The log errors the quantiles at horizon ``h`` rest on (pooled when few)."""
+        """The log errors the quantiles at horizon ``h`` rest on: its own; pooled over the
+        horizons up to h when few; the history's own moves over h steps when fewer still
+        (empty: none of these)."""
         own = self._errors[h - 1]
         if len(own) >= self.min_errors:
             return np.asarray(own)
         pooled = [x for e in self._errors[:h] for x in e]
+        if len(pooled) >= self.min_errors:
+            return np.asarray(pooled)
+        hist = self._history_log
+        lag = min(h, len(hist) - MIN_MOVES)
+        if lag >= 1:
+            moves = hist[lag:] - hist[:-lag]
+            return np.concatenate([moves, -moves])  # a rise or a fall of the same size
         return np.asarray(pooled)
 
     @property
@@ -117,7 +147,7 @@ class Intervals:
             else:
                 from scipy.stats import norm
 
-                shift = norm.ppf(levels) * PRIOR_SIGMA * math.sqrt(h)
+                shift = norm.ppf(levels) * PRIOR_SIGMA
             out[:, h - 1] = np.expm1(base[h - 1] + shift)
         return np.maximum(out, 0.0)
 

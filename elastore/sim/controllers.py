@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +32,9 @@ from elastore.models.bundle import ModelSet
 from elastore.planner import Operation, PlannerConfig
 from elastore.planner.loop import Decision, Forecast, Memory, Observed, PolicyLoop, set_points
 from elastore.planner.stabilization import Recommendations, remember, stabilized
+from elastore.planner.types import LoadPath
 from elastore.predictor.base import FloatArray, Predictor
+from elastore.predictor.intervals import Intervals, describe, scenario_levels
 from elastore.predictor.prorenata import ProRenaTa
 from elastore.predictor.registry import make
 from elastore.predictor.statistical import HoltWinters
@@ -198,38 +200,72 @@ class HoltWintersPHPA(_Forecasting):
 class ProRenaTaController(_Forecasting):
     """The policy loop the operator runs (:class:`~elastore.planner.loop.PolicyLoop`), fed
     at every window start (the control period); its plan is the cluster's target over time.
-    The planning horizon is the planner's ``window_s``, a whole number of periods. ``oracle``
-    forecasts the true load at the horizon (``ideal``); ``method`` is any predictor of the
-    registry (``prorenata`` by default)."""
+
+    ``mode="horizon"`` (``prorenata``): the horizon planner, on the forecast path of the
+    next :data:`~elastore.sim.run.LOOKAHEAD_HOURS` windows and its quantile scenarios
+    (calibrated on the predictor's own errors), for the replay's violation penalty.
+    ``mode="window"`` (``prorenata-window``): the paper's window scheduler on the point
+    forecast. ``oracle`` (``ideal``): the window scheduler fed the true load. ``method`` is
+    any predictor of the registry."""
 
     name = "prorenata"
     bwman = True
     interference_aware = True
     replaces = True
+    windows_ahead = 24  # the horizon mode's lookahead, in windows (trace hours)
 
-    def __init__(self, oracle: bool = False, method: str = "prorenata") -> None:
+    def __init__(self, oracle: bool = False, method: str = "prorenata",
+                 mode: str = "horizon") -> None:
         super().__init__(make(method))
         self.oracle = oracle
+        self.mode = "window" if oracle else mode
         if oracle:
             self.name = "ideal"
+        elif mode == "window":
+            self.name = "prorenata-window"
         self.memory = Memory()
         self.decisions: list[Decision] = []
+        self.iv: Intervals | None = None
+
+    def warm(self, history: FloatArray) -> None:
+        if self.mode != "horizon":
+            super().warm(history)
+            return
+        hist = np.asarray(history, dtype=float)
+        # replay part of the history so the quantiles start calibrated
+        replay = max(0, min(672, len(hist) - max(self.p.min_history, 1)))
+        self.iv = Intervals(self.p, horizons=self.windows_ahead).fit(hist, replay=replay)
+
+    def _forecast(self, ctx: Context, ahead: int, for_s: float) -> Forecast:
+        label = describe(self.p, self.iv)
+        if self.iv is None:
+            return Forecast(self._forecast_next(ctx, ahead), for_s, label)
+        self.iv.update(float(ctx.knots[ctx.k]))
+        path = self.iv.path()
+        self.fc[ctx.k + 1] = float(path[0])
+        levels, weights = scenario_levels()
+        times = np.asarray(ctx.now_s + ctx.window_s * np.arange(1, self.windows_ahead + 1),
+                           dtype=np.float64)
+        return Forecast(float(path[min(ahead, len(path)) - 1]), for_s, label,
+                        LoadPath(times, path, self.iv.quantile_paths(levels), weights))
 
     def on_window(self, ctx: Context) -> SetPoints:
-        ahead = max(1, round(ctx.cfg.window_s / ctx.window_s))
-        for_s = ctx.now_s + ctx.cfg.window_s
+        cfg = ctx.cfg
+        if self.mode == "horizon":
+            cfg = replace(cfg, mode="horizon",
+                          lookahead_s=max(cfg.window_s, self.windows_ahead * ctx.window_s))
+        ahead = max(1, round(cfg.window_s / ctx.window_s))
+        for_s = ctx.now_s + cfg.window_s
         if self.oracle:
             forecast = Forecast(float(ctx.knots[min(ctx.k + ahead, len(ctx.knots) - 1)]),
                                 for_s, "the true future load")
         else:
-            forecast = Forecast(self._forecast_next(ctx, ahead), for_s,
-                                self.p.name if self.p.fallback_name is None
-                                else f"{self.p.fallback_name} (fallback)")
+            forecast = self._forecast(ctx, ahead, for_s)
         observed = Observed(now_s=ctx.now_s, replicas=ctx.serving,
                             load_rps=float(ctx.knots[ctx.k]), read_ratio=ctx.read_ratio,
                             data_bytes=ctx.data_bytes, interference=ctx.interference,
                             operation=ctx.op)
-        loop = PolicyLoop(ctx.cfg, ctx.models, period_s=ctx.window_s)
+        loop = PolicyLoop(cfg, ctx.models, period_s=ctx.window_s)
         d = loop.step(self.memory, observed, forecast)
         self.memory = d.memory
         self.decisions.append(d)
@@ -419,9 +455,10 @@ class OptimalController(Controller):
 
 FACTORIES: dict[str, Callable[[], Controller]] = {
     "feedback": Feedback, "predict": Predict, "prorenata": ProRenaTaController,
-    "ideal": lambda: ProRenaTaController(oracle=True), "hpa": HPA,
+    "prorenata-window": lambda: ProRenaTaController(mode="window"),
+    "ideal": lambda: ProRenaTaController(oracle=True), "optimal": OptimalController, "hpa": HPA,
     "holt-winters": HoltWintersPHPA, "static-peak": StaticPeak,
-    "operator": OperatorController, "optimal": OptimalController,
+    "operator": OperatorController,
 }
 #: every controller ``elastore simulate`` knows
 KNOWN = tuple(FACTORIES)

@@ -23,6 +23,7 @@ from elastore.units import gib_to_bytes, mib_to_bytes
 FloatArray = npt.NDArray[np.float64]
 KINDS = {"idle": 0, "boot": 1, "bootstrap": 2, "decommission": 3}
 PENALTIES = (1, 10, 100)
+LOOKAHEAD_HOURS = 24  # the horizon planner looks a day of the trace ahead
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequen
         replication_factor=cfg.replication_factor, window_s=W, headroom=cfg.headroom,
         node_overhead_s=cfg.boot_s, min_migration_mibps=cfg.min_stream_mibps,
         max_migration_mibps=cfg.default_stream_mibps, migration_margin=cfg.headroom / 2,
+        penalty=cfg.penalty, lookahead_s=LOOKAHEAD_HOURS * W,
     )
     cap = models.capacity
     data_bytes = gib_to_bytes(cfg.data_gib)

@@ -1,0 +1,215 @@
+"""The horizon planner: the cheapest schedule of node changes over the whole forecast
+horizon, for the cost of a violation the policy gives. Pure.
+
+The window planner (:mod:`elastore.planner.prorenata`, the paper's scheduler) decides one
+window at a time. When moving one node's data takes longer than a window, as it does for
+nodes of hundreds of GiB, it cannot plan a change that spans windows: it never scales in
+(no decommission fits) and keeps adding nodes. This planner instead looks ``lookahead_s``
+ahead (24 h by default) on a grid of ``step_s`` and solves, exactly
+(:func:`elastore.planner.schedule.cheapest`), for the schedule of one-node changes that
+minimises the expected
+
+    U = VM-hours + penalty x violation-hours
+
+under the forecast's scenarios: a step violates with the probability of the scenarios
+whose load the servers of that step cannot carry within 95 % of the SLO (the same margin
+BwMan keeps while migrating). So:
+
+* a migration of many hours starts early enough, because the whole path is in view;
+* a scale cycle happens only when what it saves pays for the data it moves (holding the
+  capacity is always one of the schedules compared);
+* the cost of a violation decides how much of the forecast's upper tail is provisioned:
+  at a high penalty every scenario is covered, at a low one a few violation-hours are
+  cheaper than servers;
+* it never provisions above what the highest scenario needs plus two (no runaway).
+
+Durations use BwMan's rates at the median forecast (f() for a bootstrap, the
+cluster-p95-aware rate for a decommission), the rates the operator and the simulator's
+``prorenata`` enforce. The forecast's quantile scenarios (their spread is calibrated on the
+predictor's own recent errors, :mod:`elastore.predictor.intervals`) replace the window
+planner's fixed ``headroom``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from elastore.models.bundle import ModelSet
+from elastore.models.capacity import CapacityModel
+from elastore.models.migration import MigrationModel, mixture_p95
+from elastore.planner.schedule import Horizon, IntArray, RateRule, Schedule, cheapest
+from elastore.planner.types import Action, FloatArray, LoadPath, Observation, Plan, PlannerConfig
+
+TAIL = 0.25  # the terminal value: holding each size for this fraction of the horizon more
+RATE_QUANTILE = 0.98  # migrations are timed at the rate the load at this quantile allows
+
+
+def _grid_loads(obs: Observation, times: FloatArray) -> tuple[FloatArray, FloatArray,
+                                                               FloatArray]:
+    """The median and every scenario at the grid's times, each anchored at the load now."""
+    path = obs.path if obs.path is not None else LoadPath.flat(
+        obs.now_s + 3600.0, obs.forecast_rps)
+    path.validate()
+    t = np.concatenate([[obs.now_s], path.times_s])
+    dt = float(times[1] - times[0]) if len(times) > 1 else 0.0
+
+    def at(values: FloatArray) -> FloatArray:
+        """The highest load during each step (its start or its end): on a rising ramp the
+        load at a step's start understates the step."""
+        v = np.concatenate([[obs.load_rps], values])
+        return np.asarray(np.maximum(np.interp(times, t, v), np.interp(times + dt, t, v)))
+
+    scen = np.stack([at(row) for row in path.scenarios_rps])
+    return at(path.median_rps), scen, path.weights
+
+
+def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
+    """Plan the schedule over ``cfg.lookahead_s`` from ``obs.now_s``."""
+    cap = models.capacity
+    dt = cfg.step_s
+    steps = max(1, math.ceil(cfg.lookahead_s / dt))
+    # an operation in progress is never contradicted: plan from its outcome, after it ends
+    n0, s0 = obs.replicas, 0
+    if obs.operation is not None:
+        n0 = obs.operation.to_replicas
+        s0 = min(steps - 1, max(0, math.ceil((obs.operation.expected_end_s - obs.now_s) / dt)))
+    times = np.asarray(obs.now_s + (s0 + np.arange(steps - s0)) * dt, dtype=np.float64)
+    median, scen, weights = _grid_loads(obs, times)
+    r, i = obs.read_ratio, obs.interference
+    limit = cap.slo_ms * (1 - cfg.migration_margin)
+    top = float(np.max(scen))
+    n_lo = min(cfg.floor, n0)
+    n_hi = min(cfg.max_replicas, max(n0, cap.servers_needed(top, r, i) + 2))
+    n_hi = max(n_hi, n_lo + 1, n0)
+    mig = MigrationModel(cap, mode="node-by-node", min_mibps=cfg.min_migration_mibps,
+                         max_mibps=cfg.max_migration_mibps, slo_margin=cfg.migration_margin)
+    h = _tables(cap, mig, median, scen, weights, r, i, dt, cfg.node_overhead_s,
+                obs.data_bytes, n_lo, n_hi, limit)
+    ns = np.arange(n_lo, n_hi + 1)
+    dt_h = dt / 3600
+    terminal = TAIL * (steps - s0) * dt_h * (ns + cfg.penalty * h.idle_violates[:, -1])
+    floor = _floor(obs, cfg, times)
+    sched = cheapest(h, n0, cfg.penalty, terminal=terminal, floor=floor)
+    hold = float(np.sum(dt_h * (n0 + cfg.penalty * h.idle_violates[n0 - n_lo]))
+                 + terminal[n0 - n_lo])
+    return _plan(obs, cfg, h, sched, times, median, scen, hold, mig, s0)
+
+
+def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: FloatArray,
+            weights: FloatArray, r: float, i: float, dt: float, boot_s: float,
+            data_bytes: float, n_lo: int, n_hi: int, limit: float) -> Horizon:
+    """Rates at the median load; violation probabilities over the weighted scenarios."""
+    ns = np.arange(n_lo, n_hi + 1, dtype=float)[:, None]  # (N, 1)
+    # migrations are timed at the rate the upper scenarios allow: BwMan slows a migration
+    # as the load rises, so a change timed on the median would end late exactly when its
+    # node is needed
+    upper = scen[int(np.searchsorted(np.cumsum(weights), RATE_QUANTILE))]
+    lps_med = np.maximum(median, upper)[None, :] / ns  # (N, T)
+    add = np.asarray(mig.rate(lps_med, r, i), dtype=float)
+    rem = np.asarray(mig.decommission_rate(lps_med, np.broadcast_to(ns, lps_med.shape), r, i),
+                     dtype=float)
+    lps = scen[:, None, :] / ns[None]  # (K, N, T)
+    w = weights[:, None, None]
+    idle = (w * (cap.latency_ms(lps, r, 0.0, i) > limit)).sum(axis=0)
+    add_v = (w * (cap.latency_ms(lps, r, add[None], i) > limit)).sum(axis=0)
+    p = mixture_p95(cap.latency_ms(lps, r, rem[None], i), 1.0 / ns[None],
+                    cap.latency_ms(lps, r, rem[None] / np.maximum(ns[None] - 1, 1), i))
+    rem_v = (w * (np.asarray(p) > limit)).sum(axis=0)
+    n = ns[:, 0]
+    return Horizon(step_s=dt, n_lo=n_lo, idle_violates=idle,
+                   rules=(RateRule("bwman", add, add_v, rem, rem_v),),
+                   boot_steps=max(0, math.ceil(boot_s / dt - 1e-9)),
+                   add_bytes=data_bytes / n - data_bytes / (n + 1),
+                   remove_bytes=data_bytes / n)
+
+
+def _floor(obs: Observation, cfg: PlannerConfig, times: FloatArray) -> IntArray | None:
+    """Scale-down stabilization: no removal below a recommendation of the last window."""
+    w = cfg.scale_down_stabilization_s
+    if w <= 0 or not obs.recent_desired:
+        return None
+    floor = np.zeros(len(times), dtype=np.int64)
+    for t, n in obs.recent_desired:
+        floor[times - t <= w] = np.maximum(floor[times - t <= w], n)
+    return floor
+
+
+def _hms(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "never"
+    m = round(seconds / 60)
+    return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
+
+
+def _plan(obs: Observation, cfg: PlannerConfig, h: Horizon, sched: Schedule,
+          times: FloatArray, median: FloatArray, scen: FloatArray, hold: float,
+          mig: MigrationModel, s0: int) -> Plan:
+    dt = h.step_s
+    t_e = obs.now_s + cfg.window_s
+    actions: list[Action] = []
+    for m in sched.moves:
+        at = float(times[m.start])
+        end = float(times[0] + m.end * dt)
+        took = _hms(end - at)
+        k = m.n_from - h.n_lo
+        if m.n_to > m.n_from:
+            short = np.flatnonzero(h.idle_violates[k, m.end:] >= 0.5)
+            need = (f"needed by {_clock(float(times[m.end + short[0]]), obs.now_s)}"
+                    if short.size and m.end < len(times) else
+                    "for the forecast's upper scenarios")
+            because = f"{m.n_from} -> {m.n_to}: {need}; {took} of migration, started so it " \
+                      "ends in time"
+        else:
+            because = f"{m.n_from} -> {m.n_to}: the capacity is not needed over the " \
+                      f"horizon's rest; {took} of migration pays for itself"
+        actions.append(Action(at, m.n_to, "horizon", because, end))  # type: ignore[arg-type]
+    desired = sched.n0  # the target in force at the window's end
+    for a in actions:
+        if a.at_s <= t_e:
+            desired = a.replicas
+    # the recommendation stabilization remembers: what the median forecast of this window
+    # needs, never the plan's own (stabilized) output, which would hold a scale-in for ever
+    in_window = median[times <= t_e + 1e-9]
+    peak = float(np.max(in_window)) if in_window.size else float(median[0])
+    ns = np.arange(h.n_lo, h.n_hi + 1)
+    lat = np.asarray(mig.capacity.latency_ms(peak / ns, obs.read_ratio, 0.0, obs.interference))
+    fits = np.flatnonzero(lat <= mig.capacity.slo_ms * (1 - mig.slo_margin))
+    raw = int(ns[fits[0]]) if fits.size else h.n_hi
+    # the migration rate to enforce now: the change starting now, else f() at the load now
+    rate = float(mig.rate(obs.load_rps / max(1, obs.replicas), obs.read_ratio,
+                          obs.interference))
+    first = sched.moves[0] if sched.moves else None
+    if first is not None and first.start == 0 and s0 == 0:
+        rule = h.rules[0]
+        table = rule.add_mibps if first.n_to > first.n_from else rule.remove_mibps
+        rate = float(table[first.n_from - h.n_lo, min(first.boot_end, len(times) - 1)])
+    k90 = int(np.argmax(median))
+    why = [f"horizon plan over {_hms(cfg.lookahead_s)}: forecast {median[0]:,.0f} req/s now, "
+           f"median peak {median[k90]:,.0f} req/s at {_clock(float(times[k90]), obs.now_s)}, "
+           f"upper scenario peak {float(np.max(scen)):,.0f} req/s",
+           f"expected U {sched.cost:,.2f} (VM-hours {sched.vm_hours:,.2f}, violation-hours "
+           f"{sched.violation_hours:.3f} at penalty {cfg.penalty:g}) against {hold:,.2f} "
+           f"holding {sched.n0}"]
+    if obs.operation is not None:
+        why.append(f"an operation to {obs.operation.to_replicas} is in progress until "
+                   f"{obs.operation.expected_end_s:.0f} s: new actions wait")
+    if actions:
+        why.append(f"next: {actions[0].reason} at {_clock(actions[0].at_s, obs.now_s)}")
+    else:
+        why.append(f"no change: {sched.n0} server(s) over the horizon")
+    why.append(f"migration at {rate:.2f} MiB/s per server")
+    return Plan(now_s=obs.now_s, window_end_s=t_e, actions=tuple(actions),
+                desired_replicas=desired, migration_mibps=rate, bandwidth=None,
+                queued=obs.operation is not None and bool(actions), reason="; ".join(why),
+                details={"mode": "horizon", "proactive_unbounded": raw,
+                         "proactive": desired, "base": sched.n0, "expected_u": sched.cost,
+                         "vm_hours": sched.vm_hours,
+                         "violation_hours": sched.violation_hours, "hold_u": hold,
+                         "moves": len(sched.moves), "reactive_delta": 0, "merged": False})
+
+
+def _clock(t_s: float, now_s: float) -> str:
+    """A time as 'now + 1 h 20 min' (the planner has no calendar)."""
+    return "now" if t_s - now_s < 1 else f"now + {_hms(t_s - now_s)}"
