@@ -450,3 +450,19 @@ def test_the_decommission_rate_bisection_is_the_grid_scan(name: str) -> None:
                     0.0)
     assert np.array_equal(np.clip(scan, 1.0, 24.0), m.decommission_rate(lps, n, 0.95, inter))
     assert ok.any(axis=0).any() and not ok.all()  # the cases span both sides of the border
+
+
+def test_a_migration_faster_than_profiled_costs_capacity() -> None:
+    """The lab profile streamed at most 5.6 MiB/s per node; Cassandra's default is
+    24 MiB/s. Past the profiled rate a migration takes capacity as the profile's trend
+    says (latency used to stay at its 5.6 MiB/s value, which made 24 MiB/s look free)."""
+    cap = ModelSet.load(builtin_model("lab")).capacity
+    top = float(cap.migration_axis[-1])
+    rates = np.linspace(0, 5 * top, 60)
+    c = np.asarray(cap.capacity(0.95, rates, 0.0))
+    assert np.all(np.diff(c) <= 1e-9) and c[-1] < 0.5 * c[np.searchsorted(rates, top)]
+    load = 0.5 * float(cap.capacity(0.95, 0.0, 0.0))
+    lat = np.asarray(cap.latency_ms(load, 0.95, rates, 0.0))
+    assert np.all(np.diff(lat) >= -1e-9)
+    assert float(cap.latency_ms(load, 0.95, 24.0, 0.0)) > cap.slo_ms
+    assert float(cap.latency_ms(load, 0.95, top, 0.0)) < cap.slo_ms

@@ -15,8 +15,14 @@ make the capacity monotone by construction. Latencies beyond 4 x the SLO count a
 log latency at every (load, read ratio, migration, interference) grid point, made exactly
 monotone along the constrained axes, plus the derived capacity table. That table *is* the
 model at run time: a versioned JSON document of numbers (no pickle, nothing executable),
-evaluated by multilinear interpolation. Queries outside the profiled read ratio, migration
-and interference are clamped to its edge (``in_profile`` says so).
+evaluated by multilinear interpolation. Queries outside the profiled read ratio and
+interference are clamped to its edge (``in_profile`` says so).
+
+**Beyond the profiled migration rate** a migration takes capacity as the profile's trend
+says (the steepest of the last segment's, the mean, and a slope that saturates the server
+at twice the largest profiled rate): the server serves its load as if it were larger by
+the capacity lost, at the largest profiled rate. BwMan's f() itself never exceeds the
+profiled rates.
 
 **Beyond the profiled load** latency is extrapolated upward, never clamped: a server
 loaded past anything measured is a queue that grows. The inverse latency (SLO / latency)
@@ -106,6 +112,26 @@ class CapacityModel:
         self._edge_tables()
         # always derived from the latencies (a stored table is for readers of the file)
         self.capacity_table = self._capacities()
+        self._migration_tables()
+
+    def _migration_tables(self) -> None:
+        """Per (read ratio, interference) grid point: the capacity at the largest profiled
+        migration rate, and how much capacity each MiB/s past it takes (the steepest of
+        the last segment's slope, the mean slope, and one that saturates the server at
+        twice the largest profiled rate)."""
+        cap = self.capacity_table  # (R, M, I)
+        mig = self.migration_axis
+        top = float(mig[-1])
+        edge = cap[:, -1, :]
+        if top <= 0:
+            self._mig_edge_cap, self._mig_slope = edge, edge  # saturated at 1 MiB/s more
+            return
+        slopes = [edge / top]
+        if len(mig) >= 2:
+            slopes.append((cap[:, -2, :] - edge) / (top - float(mig[-2])))
+            slopes.append((cap[:, 0, :] - edge) / (top - float(mig[0])))
+        self._mig_edge_cap = edge
+        self._mig_slope = np.maximum.reduce(slopes)
 
     def _edge_tables(self) -> None:
         """Per (read, migration, interference) grid point: the inverse latency (SLO units)
@@ -186,6 +212,9 @@ class CapacityModel:
                      ) -> FloatArray:
         r = np.asarray(read_ratio, dtype=float)
         i = np.asarray(interference, dtype=float)
+        m = np.asarray(migration, dtype=float)
+        if np.any(m > self.migration_axis[-1]):
+            load, migration = self._past_migration(load, r, m, i)
         if r.size >= 1 and np.all(r == r.flat[0]):
             # the common query (one read ratio, few interference levels): interpolate a
             # (load, migration) slice instead of the whole table, several times faster
@@ -205,6 +234,20 @@ class CapacityModel:
                     out[at] = self._at_slice(ld[at], mg[at], r0, float(level))
                 return out
         return self._log_latency_4d(load, read_ratio, migration, interference)
+
+    def _past_migration(self, load: Any, r: FloatArray, m: FloatArray, i: FloatArray
+                        ) -> tuple[FloatArray, FloatArray]:
+        """A migration faster than any profiled takes capacity as the profile's trend says
+        (see :meth:`_migration_tables`): the server then serves its load as if the load
+        were larger by its lost capacity, at the largest profiled rate."""
+        top = float(self.migration_axis[-1])
+        axes = [self.read_axis, self.interference_axis]
+        edge = multilinear(axes, self._mig_edge_cap, [r, i])
+        slope = multilinear(axes, self._mig_slope, [r, i])
+        left = np.maximum(edge - slope * np.maximum(m - top, 0.0), edge * 1e-3)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            scale = np.where(m > top, np.where(left > 0, edge / left, 1e3), 1.0)
+        return np.asarray(np.asarray(load, dtype=float) * scale), np.minimum(m, top)
 
     def _slice(self, r: float, i: float) -> tuple[FloatArray, FloatArray, FloatArray]:
         """The (load, migration) table of log latency at read ratio ``r`` and interference
