@@ -70,12 +70,13 @@ def path_steps(spec: PolicySpec) -> int:
 def action_to_status(a: PlannedAction) -> dict[str, Any]:
     # times at full precision: the status round trip must not move a committed start
     return {"atEpoch": a.at_s, "at": iso(a.at_s), "replicas": a.replicas,
-            "source": a.source, "reason": a.reason}
+            "source": a.source, "reason": a.reason, "rateMiBps": a.rate_mibps}
 
 
 def action_from_status(d: Any) -> PlannedAction:
+    rate = d.get("rateMiBps")
     return PlannedAction(float(d["atEpoch"]), int(d["replicas"]), str(d.get("source", "")),
-                         str(d.get("reason", "")))
+                         str(d.get("reason", "")), None if rate is None else float(rate))
 
 
 def memory_to_status(m: Memory) -> dict[str, Any]:

@@ -42,7 +42,7 @@ from elastore.models.migration import MigrationModel, mixture_p95
 from elastore.planner.schedule import Horizon, IntArray, RateRule, Schedule, cheapest
 from elastore.planner.types import Action, FloatArray, LoadPath, Observation, Plan, PlannerConfig
 
-TAIL = 0.25  # the terminal value: holding each size for this fraction of the horizon more
+TAIL = 1.0  # the terminal value: holding each size for this many horizons more
 RATE_QUANTILE = 0.98  # migrations are timed at the rate the load at this quantile allows
 
 
@@ -89,7 +89,9 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
                 obs.data_bytes, n_lo, n_hi, limit)
     ns = np.arange(n_lo, n_hi + 1)
     dt_h = dt / 3600
-    terminal = TAIL * (steps - s0) * dt_h * (ns + cfg.penalty * h.idle_violates[:, -1])
+    # beyond the horizon the load repeats the horizon's (a day of a daily cycle): ending at
+    # n servers costs holding them for another horizon, with its violations
+    terminal = TAIL * (steps - s0) * dt_h * (ns + cfg.penalty * h.idle_violates.mean(axis=1))
     floor = _floor(obs, cfg, times)
     sched = cheapest(h, n0, cfg.penalty, terminal=terminal, floor=floor)
     hold = float(np.sum(dt_h * (n0 + cfg.penalty * h.idle_violates[n0 - n_lo]))
@@ -117,9 +119,18 @@ def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: F
     p = mixture_p95(cap.latency_ms(lps, r, rem[None], i), 1.0 / ns[None],
                     cap.latency_ms(lps, r, rem[None] / np.maximum(ns[None] - 1, 1), i))
     rem_v = (w * (np.asarray(p) > limit)).sum(axis=0)
+    # the fast rule: the policy's ceiling, whatever it costs in latency (it is chosen only
+    # when a change that ends sooner is worth its violations: a huge node before a peak)
+    fast = np.full(add.shape, mig.max_mibps if np.isfinite(mig.max_mibps) else float(
+        cap.migration_axis[-1]))
+    fast_add_v = (w * (cap.latency_ms(lps, r, fast[None], i) > limit)).sum(axis=0)
+    pf = mixture_p95(cap.latency_ms(lps, r, fast[None], i), 1.0 / ns[None],
+                     cap.latency_ms(lps, r, fast[None] / np.maximum(ns[None] - 1, 1), i))
+    fast_rem_v = (w * (np.asarray(pf) > limit)).sum(axis=0)
     n = ns[:, 0]
     return Horizon(step_s=dt, n_lo=n_lo, idle_violates=idle,
-                   rules=(RateRule("bwman", add, add_v, rem, rem_v),),
+                   rules=(RateRule("bwman", add, add_v, rem, rem_v),
+                          RateRule("fast", fast, fast_add_v, fast, fast_rem_v)),
                    boot_steps=max(0, math.ceil(boot_s / dt - 1e-9)),
                    add_bytes=data_bytes / n - data_bytes / (n + 1),
                    remove_bytes=data_bytes / n)
@@ -164,7 +175,11 @@ def _plan(obs: Observation, cfg: PlannerConfig, h: Horizon, sched: Schedule,
         else:
             because = f"{m.n_from} -> {m.n_to}: the capacity is not needed over the " \
                       f"horizon's rest; {took} of migration pays for itself"
-        actions.append(Action(at, m.n_to, "horizon", because, end))  # type: ignore[arg-type]
+        fixed = None
+        if m.rule == "fast":
+            fixed = float(h.rules[sched.rule_index["fast"]].add_mibps[0, 0])
+            because += f", at the {fixed:g} MiB/s ceiling (sooner is worth its latency)"
+        actions.append(Action(at, m.n_to, "horizon", because, end, fixed))
     desired = sched.n0  # the target in force at the window's end
     for a in actions:
         if a.at_s <= t_e:
@@ -182,7 +197,7 @@ def _plan(obs: Observation, cfg: PlannerConfig, h: Horizon, sched: Schedule,
                           obs.interference))
     first = sched.moves[0] if sched.moves else None
     if first is not None and first.start == 0 and s0 == 0:
-        rule = h.rules[0]
+        rule = h.rules[sched.rule_index[first.rule]]
         table = rule.add_mibps if first.n_to > first.n_from else rule.remove_mibps
         rate = float(table[first.n_from - h.n_lo, min(first.boot_end, len(times) - 1)])
     k90 = int(np.argmax(median))

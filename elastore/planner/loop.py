@@ -37,8 +37,9 @@ class PlannedAction:
 
     at_s: float
     replicas: int  # the target once it completes
-    source: str  # reactive, proactive, merged
+    source: str  # reactive, proactive, merged, horizon
     reason: str
+    rate_mibps: float | None = None  # a fixed migration rate (None: BwMan's rule)
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,15 @@ def target_at(actions: tuple[PlannedAction, ...], t_s: float, current: int) -> i
     return target
 
 
+def started(actions: tuple[PlannedAction, ...], t_s: float, to: int) -> PlannedAction | None:
+    """The latest action to ``to`` replicas started by ``t_s`` (the change under way)."""
+    hit = None
+    for a in actions:
+        if a.at_s <= t_s and a.replicas == to:
+            hit = a
+    return hit
+
+
 def next_action(actions: tuple[PlannedAction, ...], t_s: float) -> PlannedAction | None:
     """The first action still to come after ``t_s``."""
     return next((a for a in actions if a.at_s > t_s), None)
@@ -135,7 +145,7 @@ def commit(previous: tuple[PlannedAction, ...], new: tuple[PlannedAction, ...]
         old = before.get(a.replicas)
         if old is not None and old.at_s < a.at_s:
             a = PlannedAction(old.at_s, a.replicas, a.source,
-                              f"{a.reason} (kept at its first planned start)")
+                              f"{a.reason} (kept at its first planned start)", a.rate_mibps)
         out.append(a)
     return tuple(out)
 
@@ -168,7 +178,7 @@ class PolicyLoop:
                           predicted_now_rps=predicted_now, operation=observed.operation,
                           recent_desired=memory.recent_desired, path=forecast.path)
         p = plan(obs, cfg, self.models)
-        actions = tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason)
+        actions = tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason, a.rate_mibps)
                         for a in p.actions)
         if cfg.mode == "window":
             # the window scheduler starts each action at the last moment of its window;

@@ -170,9 +170,12 @@ class Observation:
 class Action:
     at_s: float
     replicas: int  # the target once this action completes
-    source: Literal["reactive", "proactive", "merged"]
+    source: Literal["reactive", "proactive", "merged", "horizon"]
     reason: str
     expected_end_s: float = math.nan
+    #: the migration rate the plan runs this change at, MiB/s per sender (None: BwMan's
+    #: rule, f() of the load as it comes)
+    rate_mibps: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

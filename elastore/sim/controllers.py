@@ -30,7 +30,15 @@ import numpy as np
 
 from elastore.models.bundle import ModelSet
 from elastore.planner import Operation, PlannerConfig
-from elastore.planner.loop import Decision, Forecast, Memory, Observed, PolicyLoop, set_points
+from elastore.planner.loop import (
+    Decision,
+    Forecast,
+    Memory,
+    Observed,
+    PolicyLoop,
+    set_points,
+    started,
+)
 from elastore.planner.stabilization import Recommendations, remember, stabilized
 from elastore.planner.types import LoadPath
 from elastore.predictor.base import FloatArray, Predictor
@@ -226,6 +234,9 @@ class ProRenaTaController(_Forecasting):
         self.memory = Memory()
         self.decisions: list[Decision] = []
         self.iv: Intervals | None = None
+        self.tick_s = 1.0  # every step: a change the plan runs at a fixed rate keeps it
+        self._op_started: float | None = None
+        self._op_rate: float | None = None
 
     def warm(self, history: FloatArray) -> None:
         if self.mode != "horizon":
@@ -270,6 +281,20 @@ class ProRenaTaController(_Forecasting):
         self.memory = d.memory
         self.decisions.append(d)
         return set_points(d, ctx.op.to_replicas if ctx.op is not None else ctx.serving)
+
+    def on_tick(self, ctx: Context) -> SetPoints:
+        """Note the change under way and the rate its plan runs it at (None: BwMan's)."""
+        op = ctx.op
+        if op is None:
+            self._op_started = self._op_rate = None
+        elif op.started_s != self._op_started:
+            self._op_started = op.started_s
+            a = started(self.memory.actions, ctx.now_s, op.to_replicas)
+            self._op_rate = None if a is None else a.rate_mibps
+        return []
+
+    def migration_mibps(self) -> float | None:
+        return self._op_rate
 
 
 @dataclass
