@@ -1,102 +1,215 @@
-"""Simulator targets (issue 5), printed, never asserted.
+"""Simulator targets (issues 5 and 14), printed as Markdown tables, never asserted.
 
-1. the default run (built-in 2009-03-08 .. 22, 7 controllers): wall time (target < 30 s) and
-   the target checks;
-2. the same checks on every other two-week window of the shared file, no retuning.
+1. The default run (built-in 2009-03-08 .. 22, every controller, optimal included): wall
+   time (target < 60 s) and each controller's VM-hours, violations and U(1/10/100).
+2. Production scale: the default window and every other two-week window of the shared
+   2008-10..2009-12 file, at --data-gib 10, 50, 200, 1000, 4000 and --hour-seconds 600,
+   3600, no retuning: prorenata's VM-hours against optimal's (target <= 1.10x) and
+   static-peak's (target <=), and its violation (target <= 1 %).
+3. Penalties: with --penalty P in {1, 10, 100}, prorenata's U(P) against every other
+   controller (target: lowest but for optimal and ideal) and optimal's (target <= 1.10x),
+   on the default window and every other window (50 GiB, 600 s).
+4. Quantile forecasts: coverage of the 80 % and 95 % intervals on 2009-01..06
+   (target within +-3 points), at H = 1, 3, 12, 24.
 
-Usage: .venv/bin/python benchmarks/simulate.py [--windows N] [--model lab|placeholder|FILE]
-
-The model defaults to the simulator's own default (the lab profile); the trace is scaled as
-`elastore simulate` scales it (its busiest hour needs 18 servers of the model) unless the
-model is the placeholder, whose tables were measured at SimConfig's 7,000 requests/s.
+Results are cached in benchmarks/.simulate-cache.json (delete it to rerun everything);
+runs use every core. Usage:
+    .venv/bin/python benchmarks/simulate.py [--model lab|placeholder|FILE] [--windows N]
+        [--sections 1,2,3,4]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from elastore.models.bundle import ModelSet
-from elastore.sim.cli import PEAK_SERVERS, PLACEHOLDER, model_choice
-from elastore.sim.controllers import CONTROLLERS
-from elastore.sim.run import SimConfig, locate, simulate
-from elastore.traces import builtin_trace_path, read_series
-
-NON_IDEAL = [c for c in CONTROLLERS if c not in ("prorenata", "ideal")]
-
-
-def checks(m: dict[str, dict[str, float]]) -> dict[str, bool]:
-    p, ideal, fb, pr = m["prorenata"], m["ideal"], m["feedback"], m["predict"]
-    u = {k: {pen: v["utility"][pen] for pen in ("10", "100")} for k, v in m.items()}  # type: ignore[index]
-    return {
-        "vm<=1.05*ideal": p["vm_hours"] <= 1.05 * ideal["vm_hours"],
-        "viol<=1%": p["slo_violation_pct"] <= 1.0,
-        "viol<=fb/3": p["slo_violation_pct"] <= fb["slo_violation_pct"] / 3,
-        "predict>prorenata vm": pr["vm_hours"] > p["vm_hours"],
-        "U10 best": all(u["prorenata"]["10"] < u[c]["10"] for c in NON_IDEAL),
-        "U100 best": all(u["prorenata"]["100"] < u[c]["100"] for c in NON_IDEAL),
-    }
+CACHE = Path(__file__).with_name(".simulate-cache.json")
+DEFAULT = "2009-03-08"
+SIZES = (10, 50, 200, 1000, 4000)
+SPEEDS = (600, 3600)
+PENALTIES = (1, 10, 100)
+SCALE_SET = ["prorenata", "optimal", "static-peak"]
 
 
-def run(series, start: str, end: str, ms: ModelSet, cfg: SimConfig, note: str  # type: ignore[no-untyped-def]
-        ) -> tuple[dict, float]:
-    i0, h = locate(series, pd.Timestamp(start), pd.Timestamp(end) + pd.Timedelta(hours=23))
+def windows(n: int) -> list[str]:
+    starts = [str(s.date()) for s in pd.date_range("2008-11-02", "2009-11-29", freq="14D")
+              if str(s.date()) != DEFAULT]
+    return [DEFAULT, *starts[:n]]
+
+
+def job(args: tuple[str, str, float, int, float, tuple[str, ...]]) -> dict[str, Any]:
+    """One replay: (model, start, data GiB, hour seconds, penalty, controllers)."""
+    model, start, gib, hour_s, penalty, controllers = args
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    from elastore.models.bundle import ModelSet
+    from elastore.sim.cli import PEAK_SERVERS, model_choice
+    from elastore.sim.run import SimConfig, locate, simulate
+    from elastore.traces import builtin_trace_path, read_series
+
+    path, note = model_choice(None if model == "lab" else Path(model))
+    ms = ModelSet.load(path)
+    peak = 7000.0 if model == "placeholder" else round(
+        PEAK_SERVERS * float(ms.capacity.capacity(0.95, 0.0, 0.0)), -1)
+    cfg = SimConfig(peak_rps=peak, data_gib=gib, hour_seconds=float(hour_s), penalty=penalty)
+    series = read_series(builtin_trace_path()).cleaned()
+    s = pd.Timestamp(start)
+    # the default window is the main job's (03-08 .. 03-22, both whole); the others are
+    # two weeks
+    days = 14 if start == DEFAULT else 13
+    i0, h = locate(series, s, s + pd.Timedelta(days=days, hours=23))
     t0 = time.perf_counter()
-    res = simulate(series, i0, h, CONTROLLERS, ms, cfg, note)
-    return res.to_json()["controllers"], time.perf_counter() - t0
+    res = simulate(series, i0, h, list(controllers), ms, cfg, note)
+    out = res.to_json()["controllers"]
+    for name, run in res.runs.items():
+        out[name]["max_servers"] = int(run.serving.max())
+        out[name]["seconds"] = run.seconds
+    return {"controllers": out, "seconds": time.perf_counter() - t0}
+
+
+def run_all(jobs: list[tuple[Any, ...]]) -> dict[str, Any]:
+    cache: dict[str, Any] = json.loads(CACHE.read_text()) if CACHE.exists() else {}
+    todo = [j for j in jobs if json.dumps(j) not in cache]
+    if todo:
+        print(f"running {len(todo)} replays ({len(jobs) - len(todo)} cached) ...",
+              file=sys.stderr, flush=True)
+        with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            for k, (j, r) in enumerate(zip(todo, pool.map(job, todo), strict=True)):
+                cache[json.dumps(j)] = r
+                CACHE.write_text(json.dumps(cache))
+                print(f"  {k + 1}/{len(todo)} {j[1]} {j[2]:g} GiB {j[3]} s P={j[4]:g}: "
+                      f"{r['seconds']:.0f} s", file=sys.stderr, flush=True)
+    return {json.dumps(j): cache[json.dumps(j)] for j in jobs}
+
+
+def key(*j: Any) -> str:
+    return json.dumps(list(j))
+
+
+def ok(flag: bool) -> str:
+    return "met" if flag else "**MISSED**"
+
+
+def section_default(model: str, all_ctrl: tuple[str, ...]) -> None:
+    j = (model, DEFAULT, 50.0, 600, 100.0, all_ctrl)
+    res = run_all([j])[key(*j)]
+    print(f"### Default run ({DEFAULT} .. +2 weeks, 50 GiB, 600 s/h, penalty 100)\n")
+    print(f"{len(all_ctrl)} controllers in {res['seconds']:.1f} s [target < 60 s: "
+          f"{ok(res['seconds'] < 60)}]\n")
+    print("| controller | VM-hours | violation % | max servers | U(1) | U(10) | U(100) | s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for n, m in res["controllers"].items():
+        u = m["utility"]
+        print(f"| {n} | {m['vm_hours']:.1f} | {m['slo_violation_pct']:.2f} | "
+              f"{m['max_servers']} | {u['1']:.1f} | {u['10']:.1f} | {u['100']:.1f} | "
+              f"{m['seconds']:.1f} |")
+    print()
+
+
+def section_scale(model: str, starts: list[str]) -> None:
+    jobs = [(model, s, float(g), hs, 100.0, tuple(SCALE_SET))
+            for hs in SPEEDS for g in SIZES for s in starts]
+    res = run_all(jobs)
+    print("### Production scale: prorenata against optimal and static-peak (penalty 100)\n")
+    print("Per data size and replay speed, over the default window and "
+          f"{len(starts) - 1} other two-week windows: prorenata's VM-hours / optimal's "
+          "(worst window), windows where it is <= 1.10x, <= static-peak, and violation "
+          "<= 1 % (worst window).\n")
+    print("| data GiB | s/h | VM / optimal (default; worst) | <= 1.10x | <= static-peak | "
+          "violation % (default; worst) | <= 1 % |")
+    print("|---:|---:|---|---|---|---|---|")
+    for hs in SPEEDS:
+        for g in SIZES:
+            rows = [res[key(model, s, float(g), hs, 100.0, SCALE_SET)]["controllers"]
+                    for s in starts]
+            ratio = [r["prorenata"]["vm_hours"] / r["optimal"]["vm_hours"] for r in rows]
+            under = [r["prorenata"]["vm_hours"] <= r["static-peak"]["vm_hours"] for r in rows]
+            viol = [r["prorenata"]["slo_violation_pct"] for r in rows]
+            n = len(rows)
+            print(f"| {g} | {hs} | {ratio[0]:.3f}; {max(ratio):.3f} | "
+                  f"{ok(all(x <= 1.10 for x in ratio))} {sum(x <= 1.10 for x in ratio)}/{n} | "
+                  f"{ok(all(under))} {sum(under)}/{n} | {viol[0]:.2f}; {max(viol):.2f} | "
+                  f"{ok(all(v <= 1.0 for v in viol))} {sum(v <= 1.0 for v in viol)}/{n} |")
+    print()
+
+
+def section_penalty(model: str, starts: list[str], all_ctrl: tuple[str, ...]) -> None:
+    jobs = [(model, s, 50.0, 600, float(p), all_ctrl) for p in PENALTIES for s in starts]
+    res = run_all(jobs)
+    print("### Penalties: U(P) = VM-hours + P x violation-hours (50 GiB, 600 s/h)\n")
+    print("| P | prorenata U (default) | optimal U | ratio (default; worst) | <= 1.10x | "
+          "lowest but optimal, ideal | best other (default) |")
+    print("|---:|---:|---:|---|---|---|---|")
+    for p in PENALTIES:
+        rows = [res[key(model, s, 50.0, 600, float(p), all_ctrl)]["controllers"]
+                for s in starts]
+
+        def u(r: dict[str, Any], n: str, p: int = p) -> float:
+            return float(r[n]["utility"][f"{p:g}"])
+
+        ratio = [u(r, "prorenata") / u(r, "optimal") for r in rows]
+        others = [n for n in all_ctrl if n not in ("prorenata", "optimal", "ideal")]
+        best = [all(u(r, "prorenata") < u(r, n) for n in others) for r in rows]
+        b = min(others, key=lambda n: u(rows[0], n))
+        print(f"| {p} | {u(rows[0], 'prorenata'):.1f} | {u(rows[0], 'optimal'):.1f} | "
+              f"{ratio[0]:.3f}; {max(ratio):.3f} | {ok(all(x <= 1.10 for x in ratio))} "
+              f"{sum(x <= 1.10 for x in ratio)}/{len(rows)} | {ok(all(best))} "
+              f"{sum(best)}/{len(rows)} | {b} {u(rows[0], b):.1f} |")
+    print()
+
+
+def section_quantiles() -> None:
+    import numpy as np
+
+    from elastore.predictor.evaluate import evaluate
+    from elastore.predictor.registry import METHODS
+    from elastore.traces import builtin_trace_path, read_series
+
+    series = read_series(builtin_trace_path()).window(
+        pd.Timestamp("2009-01-01"), pd.Timestamp("2009-06-30 23:00")).cleaned()
+    print("### Quantile forecasts: coverage on 2009-01..06 (prorenata, 672 h warm-up)\n")
+    print("| H | 80 % interval | 95 % interval | mean width of the 80 % (x forecast) | s |")
+    print("|---:|---:|---:|---:|---:|")
+    for h in (1, 3, 12, 24):
+        scores, _ = evaluate([("prorenata", METHODS["prorenata"])],
+                             np.asarray(series.values), h, 672, coverages=(0.8, 0.95))
+        s = scores["prorenata"]
+        c, w = s.coverage or {}, s.width or {}
+        print(f"| {h} | {100 * c['0.8']:.1f} % {ok(abs(c['0.8'] - 0.8) <= 0.03)} | "
+              f"{100 * c['0.95']:.1f} % {ok(abs(c['0.95'] - 0.95) <= 0.03)} | "
+              f"{w['0.8']:.3f} | {s.seconds:.1f} |")
+    print()
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="lab", help="lab (default), placeholder, or a file")
     ap.add_argument("--windows", type=int, default=100, help="at most this many other windows")
-    ap.add_argument("--model", default=None, help="lab (default), placeholder, or a file")
+    ap.add_argument("--sections", default="1,2,3,4")
     args = ap.parse_args()
-    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
-    path, note = model_choice(args.model)
-    ms = ModelSet.load(path)
-    cfg = SimConfig() if path == PLACEHOLDER else SimConfig(
-        peak_rps=round(PEAK_SERVERS * float(ms.capacity.capacity(0.95, 0.0, 0.0)), -1))
-    print(f"model {path.name}, peak {cfg.peak_rps:,.0f} requests/s\n")
-    series = read_series(builtin_trace_path()).cleaned()
-    m, secs = run(series, "2009-03-08", "2009-03-22", ms, cfg, note)
-    print(f"default run, 2 weeks x {len(CONTROLLERS)} controllers: {secs:.1f} s "
-          "[target < 30 s]\n")
-    print("| controller | VM-hours | violation % | U(10) | U(100) |")
-    print("|---|---:|---:|---:|---:|")
-    for n, v in m.items():
-        print(f"| {n} | {v['vm_hours']:.1f} | {v['slo_violation_pct']:.2f} | "
-              f"{v['utility']['10']:.1f} | {v['utility']['100']:.1f} |")
-    c = checks(m)
-    print("\n" + ", ".join(f"{k}: {'met' if ok else 'MISSED'}" for k, ok in c.items()))
-    print("\n### Other two-week windows (same physics, no retuning)\n")
-    keys = list(c)
-    print("| window | prorenata VM-h | ideal VM-h | prorenata viol % | feedback viol % | "
-          + " | ".join(keys) + " |")
-    print("|---|---:|---:|---:|---:|" + "---|" * len(keys))
-    totals = dict.fromkeys(keys, 0)
-    n = 0
-    for s in pd.date_range("2008-11-02", "2009-11-29", freq="14D"):
-        if s == pd.Timestamp("2009-03-08") or n >= args.windows:
-            continue
-        e = s + pd.Timedelta(days=13)
-        try:
-            m, _ = run(series, str(s.date()), str(e.date()), ms, cfg, note)
-        except Exception as exc:
-            print(f"| {s.date()} | error: {exc} |")
-            continue
-        c = checks(m)
-        n += 1
-        for k, ok in c.items():
-            totals[k] += int(ok)
-        print(f"| {s.date()}..{e.date()} | {m['prorenata']['vm_hours']:.0f} | "
-              f"{m['ideal']['vm_hours']:.0f} | {m['prorenata']['slo_violation_pct']:.2f} | "
-              f"{m['feedback']['slo_violation_pct']:.2f} | "
-              + " | ".join("met" if c[k] else "MISSED" for k in keys) + " |", flush=True)
-    print("\nmet in " + ", ".join(f"{k}: {totals[k]}/{n}" for k in keys))
+    from elastore.sim.controllers import CONTROLLERS
+
+    sections = {int(x) for x in args.sections.split(",")}
+    starts = windows(args.windows)
+    all_ctrl = tuple(CONTROLLERS)
+    print(f"model {args.model}\n")
+    if 1 in sections:
+        section_default(args.model, all_ctrl)
+    if 2 in sections:
+        section_scale(args.model, starts)
+    if 3 in sections:
+        section_penalty(args.model, starts, all_ctrl)
+    if 4 in sections:
+        section_quantiles()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from typing import Any
 import pytest
 from testbed.k8s import ControlPlane, free_port
 
+from elastore.units import GIB
+
 REPO = Path(__file__).resolve().parent.parent
 CRDS = REPO / "charts" / "elastore" / "crds"
 #: what kwok runs for an exec into a test pod (see testbed.podexec)
@@ -111,7 +113,7 @@ class CassandraMetrics:
     operator reads them through a real Prometheus with its real queries."""
 
     def __init__(self, rps: float = 0.0, read_ratio: float = 0.95,
-                 data_bytes: float = 3 * 2**30) -> None:
+                 data_bytes: float = 3 * GIB) -> None:
         from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
         # the JMX exporter publishes Cassandra's counters as plain samples named *_count
@@ -253,21 +255,38 @@ def events(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
     return list(json.loads(res.stdout)["items"])
 
 
+def _exec_docs(namespace: str, sts: str, pods: int,
+               envs: Callable[[int], dict[str, str]]) -> list[dict[str, Any]]:
+    """kwok ``Exec`` resources: ``exec`` into pod ``<sts>-k`` runs the command *locally*,
+    with ``envs(k)``."""
+    return [{"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
+             "metadata": {"name": f"{sts}-{k}", "namespace": namespace},
+             "spec": {"execs": [{"containers": ["cassandra"], "local": {
+                 "workDir": str(REPO),
+                 "envs": [{"name": n, "value": v} for n, v in
+                          {**envs(k), "PYTHONPATH": str(REPO)}.items()]}}]}}
+            for k in range(pods)]
+
+
 def kwok_exec_config(namespace: str, sts: str, pods: int, lab_dir: Path) -> str:
-    """kwok ``Exec`` resources: ``exec`` into pod ``<sts>-k`` runs the command *locally*
-    with ``ELASTORE_NODE=k+1`` and ``ELASTORE_LAB_DIR`` (see testbed.podexec)."""
-    docs = []
-    for k in range(pods):
-        docs.append({
-            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
-            "metadata": {"name": f"{sts}-{k}", "namespace": namespace},
-            "spec": {"execs": [{"containers": ["cassandra"], "local": {
-                "workDir": str(REPO),
-                "envs": [{"name": "ELASTORE_NODE", "value": str(k + 1)},
-                         {"name": "ELASTORE_LAB_DIR", "value": str(lab_dir)},
-                         {"name": "PYTHONPATH", "value": str(REPO)}]}}]},
-        })
+    """``exec`` into pod ``<sts>-k`` runs the command with ``ELASTORE_NODE=k+1`` and
+    ``ELASTORE_LAB_DIR``: lab node k+1's nodetool (see testbed.podexec)."""
+    docs = _exec_docs(namespace, sts, pods, lambda k: {
+        "ELASTORE_NODE": str(k + 1), "ELASTORE_LAB_DIR": str(lab_dir)})
     return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def standin_exec_config(namespaces: list[str], sts: str, pods: int, root: Path) -> str:
+    """``exec`` into pod ``<sts>-k`` of each namespace runs the command with
+    ``ELASTORE_NODE=k`` and a directory of that namespace's own (see
+    testbed.nodetool_standin)."""
+    docs = [d for ns in namespaces for d in _exec_docs(ns, sts, pods, lambda k, ns=ns: {
+        "ELASTORE_NODE": str(k), "ELASTORE_STANDIN_DIR": str(root / ns)})]
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+#: the nodetool the k8s suite's policies exec into kwok's pods (no Cassandra there)
+NODETOOL_STANDIN = REPO / "tests" / "testbed" / "nodetool_standin.py"
 
 
 class LabPodAgent:

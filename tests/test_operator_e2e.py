@@ -186,6 +186,10 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             POLICY, NS, STS, mode="Enforce", controlPeriod="10s",
             replicas={"min": 3, "max": 4}, slo={"latencyMs": slo},
             prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
+            # the paper's window scheduler: this suite pins down the node-step mechanics on
+            # real Cassandra (timing, restart, no loss); the horizon planner's Enforce runs
+            # are test_operator_horizon_k8s.py and test_operator_runner.py
+            planner={"mode": "Window"},
             # a lab node joins or leaves in ~30-40 s besides streaming (LAB-NOTES)
             migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 40},
             scaleDown={"stabilizationSeconds": STABILIZATION_S},

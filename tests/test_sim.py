@@ -237,3 +237,30 @@ def test_optimal_is_what_the_replay_measures_and_a_lower_bound(series, ms, penal
         assert viol_h > 1.0
     else:
         assert viol_h < 0.05
+
+
+def test_the_operator_itself_runs_in_the_simulator(series, ms) -> None:  # type: ignore[no-untyped-def]
+    """The 'operator' controller runs the operator's runner on the simulated cluster: it
+    follows the day up and down, one node at a time, never removing a node that still
+    holds data, and lands near the simulator's prorenata (the same loop)."""
+    from elastore.sim import controllers
+
+    kubes = []
+    attach = controllers.OperatorController.attach
+
+    def keep(self, *a):  # type: ignore[no-untyped-def]
+        attach(self, *a)
+        kubes.append(self.kube)
+
+    i0, h = locate(series, "2009-03-09", "2009-03-09 23:00")
+    controllers.OperatorController.attach = keep  # type: ignore[method-assign]
+    try:
+        res = simulate(series, i0, h, ["operator", "prorenata"], ms, SimConfig(), "test")
+    finally:
+        controllers.OperatorController.attach = attach  # type: ignore[method-assign]
+    op = res.runs["operator"]
+    assert kubes and kubes[0].violations == []
+    assert op.serving.max() > op.serving[0] and op.serving[-1] < op.serving.max()
+    assert np.all(np.abs(np.diff(op.serving)) <= 1)
+    vm = {n: r.metrics(10.0, res.slo_ms)["vm_hours"] for n, r in res.runs.items()}
+    assert vm["operator"] == pytest.approx(vm["prorenata"], rel=0.1), vm

@@ -113,14 +113,21 @@ class KubeActuator:
         from kubernetes.stream import stream
         from kubernetes.stream.ws_client import ERROR_CHANNEL
 
+        # stream() swaps the ApiClient's request method for a websocket call while it
+        # runs: on the client every other call shares, a status patch issued meanwhile by
+        # another thread goes out as a websocket handshake and fails ("Handshake status
+        # 200 OK", kubernetes-client/python#928). Every exec gets a client of its own.
+        own: Any = self.client.ApiClient(configuration=self.core.api_client.configuration)
         try:
-            resp = stream(self.core.connect_get_namespaced_pod_exec, pod, ns,
+            resp = stream(self.client.CoreV1Api(own).connect_get_namespaced_pod_exec, pod, ns,
                           container=container, command=argv, stderr=True, stdin=False,
                           stdout=True, tty=False, _preload_content=False)
         except ApiException as exc:
+            own.close()
             raise ElastoreError(f"exec {' '.join(argv)} in {ns}/{pod}: {exc.reason} "
                                 f"{str(exc.body)[:300]}") from exc
         except Exception as exc:  # websocket errors carry no common base
+            own.close()
             raise ElastoreError(f"exec {' '.join(argv)} in {ns}/{pod}: {exc}") from exc
         out, err = [], []
         try:
@@ -130,6 +137,7 @@ class KubeActuator:
             status = resp.read_channel(ERROR_CHANNEL)
         finally:
             resp.close()
+            own.close()
         rc: int | None = None
         if status:
             try:

@@ -59,11 +59,16 @@ def history_steps(method: str, horizon_steps: int = 0) -> int:
     return max(HISTORY_STEPS, need)
 
 
+#: forecast steps of the horizon planner's path, at most (a week of hours); past them the
+#: path holds its last value
+MAX_PATH_STEPS = 168
+
+
 def path_steps(spec: PolicySpec) -> int:
     """Forecast steps the horizon planner's path covers (0: the window planner)."""
     if spec.planner_mode != "Horizon":
         return 0
-    return max(1, math.ceil(spec.lookahead_s / spec.prediction_step_s))
+    return max(1, min(MAX_PATH_STEPS, math.ceil(spec.lookahead_s / spec.prediction_step_s)))
 
 
 # -- the loop's memory in the CR status ---------------------------------------------------------

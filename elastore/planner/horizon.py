@@ -180,10 +180,17 @@ def _plan(obs: Observation, cfg: PlannerConfig, h: Horizon, sched: Schedule,
             fixed = float(h.rules[sched.rule_index["fast"]].add_mibps[0, 0])
             because += f", at the {fixed:g} MiB/s ceiling (sooner is worth its latency)"
         actions.append(Action(at, m.n_to, "horizon", because, end, fixed))
-    desired = sched.n0  # the target in force at the window's end
+    # the size the plan is heading for now: the change starting within this window and the
+    # node steps that follow it back to back, in the same direction
+    desired = sched.n0
+    prev: Action | None = None
     for a in actions:
-        if a.at_s <= t_e:
-            desired = a.replicas
+        same_way = prev is not None and (a.replicas - prev.replicas) * (
+            prev.replicas - sched.n0) > 0 and a.at_s <= prev.expected_end_s + dt
+        if a.at_s <= t_e or same_way:
+            desired, prev = a.replicas, a
+        else:
+            break
     # the recommendation stabilization remembers: what the median forecast of this window
     # needs, never the plan's own (stabilized) output, which would hold a scale-in for ever
     in_window = median[times <= t_e + 1e-9]

@@ -15,6 +15,7 @@ from elastore.models.capacity import ModelError
 FloatArray = npt.NDArray[np.float64]
 MergeRule = Literal["elastore", "pseudocode"]
 PlannerMode = Literal["window", "horizon"]
+MAX_PLAN_STEPS = 720  # the horizon planner's grid over its lookahead, at most
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,10 @@ class PlannerConfig:
 
     @property
     def step_s(self) -> float:
-        """The horizon planner's time step."""
-        return self.plan_step_s or max(10.0, self.window_s / 5)
+        """The horizon planner's time step: a fifth of the window, at least 10 s, and at
+        most :data:`MAX_PLAN_STEPS` over the lookahead."""
+        return self.plan_step_s or max(10.0, self.window_s / 5,
+                                       self.lookahead_s / MAX_PLAN_STEPS)
 
 
 @dataclass(frozen=True)

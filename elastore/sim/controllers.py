@@ -368,10 +368,17 @@ class OperatorController(Controller):
                               "maxMiBps": cfg.max_migration_mibps,
                               "nodeOverheadSeconds": round(cfg.node_overhead_s)},
                 "scaleDown": {"stabilizationSeconds": round(cfg.scale_down_stabilization_s)},
+                "planner": {"mode": "Horizon", "lookahead": f"{self.lookahead_s(ctx):g}s"},
+                "cost": {"violationPenalty": cfg.penalty},
                 # the URL is never dialled: the runner's metrics source is the replay
                 "metrics": {"prometheus": {"url": "http://simulated.invalid",
                                            "queries": {"interference": "replay"}}},
                 "interference": {"enabled": True}}
+
+    @staticmethod
+    def lookahead_s(ctx: Context) -> float:
+        """The same lookahead as the simulator's prorenata."""
+        return max(ctx.cfg.window_s, ProRenaTaController.windows_ahead * ctx.window_s)
 
     def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
         from elastore.errors import ElastoreError
@@ -381,9 +388,10 @@ class OperatorController(Controller):
         from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics
 
         spec = self.policy_spec(ctx)
-        if planner_config(parse(spec)) != ctx.cfg:
+        want = replace(ctx.cfg, mode="horizon", lookahead_s=self.lookahead_s(ctx))
+        if planner_config(parse(spec)) != want:
             raise ElastoreError("the replay's planner settings cannot be written as an "
-                                f"ElasticPolicy: {planner_config(parse(spec))} != {ctx.cfg}")
+                                f"ElasticPolicy: {planner_config(parse(spec))} != {want}")
         w = ctx.window_s
         times = np.arange(-len(self.history), len(ctx.knots)) * w
         values = np.concatenate([self.history, ctx.knots])

@@ -1,0 +1,58 @@
+"""What kwok runs for ``kubectl exec`` into a pod of the k8s suite, where no Cassandra runs:
+a node's ring, scripted. (The suites with real Cassandra use :mod:`testbed.podexec`.)
+
+kwok's ``Exec`` runs the operator's nodetool argv locally with the pod's environment:
+``ELASTORE_NODE`` (the pod's ordinal) and ``ELASTORE_STANDIN_DIR`` (a directory of the
+test's own). ``netstats`` prints ``Mode: NORMAL``, or after a ``decommission`` of that
+node ``LEAVING`` for :data:`LEAVE_S` seconds and then ``DECOMMISSIONED`` (for
+:data:`FORGET_S` seconds: a pod of that ordinal created later is a new node).
+``setstreamthroughput`` succeeds. Every call is appended to ``calls.log``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+LEAVE_S = 5.0
+FORGET_S = 60.0
+
+
+def main(argv: list[str]) -> int:
+    try:
+        node = int(os.environ["ELASTORE_NODE"])
+        d = Path(os.environ["ELASTORE_STANDIN_DIR"])
+    except (KeyError, ValueError):
+        print("nodetool stand-in: ELASTORE_NODE and ELASTORE_STANDIN_DIR must be set",
+              file=sys.stderr)
+        return 2
+    d.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    with (d / "calls.log").open("a") as f:
+        f.write(f"{now:.3f} {node} {' '.join(argv)}\n")
+    marker = d / f"decommissioned-{node}"
+    if argv[:1] == ["decommission"]:
+        marker.write_text(f"{now}")
+        return 0
+    if argv[:1] == ["netstats"]:
+        mode = "NORMAL"
+        if marker.exists():
+            age = now - float(marker.read_text())
+            if age < LEAVE_S:
+                mode = "LEAVING"
+            elif age < FORGET_S:
+                mode = "DECOMMISSIONED"
+            else:
+                marker.unlink()
+        print(f"Mode: {mode}\nNot sending any streams.")
+        return 0
+    if argv[:1] == ["setstreamthroughput"]:
+        return 0
+    print(f"nodetool stand-in: unsupported {' '.join(argv)}", file=sys.stderr)
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
