@@ -320,6 +320,41 @@ def test_intervals_cover_what_they_say_on_noise_of_a_known_spread() -> None:
         assert abs(np.mean(hits) - c) < 0.03, (h, c, np.mean(hits))
 
 
+def test_the_spread_of_a_forecast_never_shrinks_with_lead_time() -> None:
+    """A surge that short horizons have seen in their errors and long ones have not: the
+    upper quantiles still widen (never narrow) with the horizon, the lower ones fall, so a
+    planner that re-plans every period never sees a bump of risk ahead of it that it could
+    wait out for ever (the operator's horizon test deferred a scale-in that way)."""
+    from elastore.predictor.intervals import Intervals, scenario_levels
+    from elastore.predictor.naive import Persistence
+
+    # what the operator's test sees: 300 -> 750 requests/s over 2 min, held 30 s, back to
+    # 300; Prometheus' rate over 1 min of it, every 2 s
+    t = np.arange(-180.0, 450.1, 1.0)
+    load = np.where(t < 0, 300.0, np.where(t < 120, 300 + 450 * t / 120,
+                                           np.where(t < 150, 750.0, 300.0)))
+    rate = np.convolve(load, np.ones(61) / 61)[:len(load)]
+    rate[:61] = 300.0
+    hist = rate[::2][30:]
+    iv = Intervals(Persistence(), horizons=168).fit(hist, replay=len(hist) - 1)
+    levels, _ = scenario_levels()
+    raw_top = [np.quantile(iv.errors(h), levels[-1]) for h in range(1, 169)]
+    assert np.any(np.diff(raw_top) < 0)  # the case: the raw upper tail narrows at long h
+    q = iv.quantile_paths(levels)
+    assert q.shape == (len(levels), 168)
+    up, down = levels > 0.5, levels < 0.5
+    assert np.all(np.diff(q[up], axis=1) >= -1e-9)
+    assert np.all(np.diff(q[down], axis=1) <= 1e-9)
+    assert q[-1].max() > 300.0 * 1.3  # the surge is remembered in the upper tail
+    # and the widening is only the envelope: where the raw quantiles already widen, they stay
+    iv2 = Intervals(Persistence(), horizons=6).fit(300 + 10 * np.sin(np.arange(500.0)),
+                                                   replay=300)
+    q2 = iv2.quantile_paths(np.array([0.9]))[0]
+    raw = [np.expm1(np.log1p(iv2.path()[h - 1]) + np.quantile(iv2.errors(h), 0.9))
+           for h in range(1, 7)]
+    assert q2 == pytest.approx(np.maximum.accumulate(raw))
+
+
 def test_predict_evaluate_reports_coverage() -> None:
     res = CliRunner().invoke(cli, ["predict", "evaluate", "--start", "2009-01-01",
                                    "--end", "2009-02-28", "--horizon", "1", "--methods",
