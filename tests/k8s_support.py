@@ -63,8 +63,16 @@ def start_control_plane(root: Path, exec_config: str = "") -> ControlPlane:
 
 
 def statefulset(name: str, namespace: str, replicas: int, *, volume: str | None = None,
-                labels: dict[str, str] | None = None) -> str:
+                labels: dict[str, str] | None = None, managed: bool = True,
+                owner: dict[str, Any] | None = None) -> str:
+    """A StatefulSet for kwok; ``managed``: it carries the opt-in label Enforce needs;
+    ``owner``: an ownerReference (e.g. a controller that owns it, as cass-operator's)."""
     lab = {"app": name, **(labels or {})}
+    meta: dict[str, Any] = {"name": name, "namespace": namespace}
+    if managed:
+        meta["labels"] = {"elastore.io/managed": "true"}
+    if owner is not None:
+        meta["ownerReferences"] = [owner]
     vct = ""
     if volume:
         vct = f"""  volumeClaimTemplates:
@@ -76,7 +84,7 @@ def statefulset(name: str, namespace: str, replicas: int, *, volume: str | None 
 """
     return f"""apiVersion: apps/v1
 kind: StatefulSet
-metadata: {{name: {name}, namespace: {namespace}}}
+metadata: {json.dumps(meta)}
 spec:
   replicas: {replicas}
   serviceName: {name}

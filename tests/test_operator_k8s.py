@@ -12,18 +12,21 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from k8s_support import (
+    NODETOOL_STANDIN,
     CassandraMetrics,
     OperatorProcess,
     Prometheus,
     events,
     get,
     policy,
+    standin_exec_config,
     start_control_plane,
     statefulset,
     wait_until,
@@ -33,9 +36,18 @@ from testbed.k8s import ControlPlane, free_port
 pytestmark = pytest.mark.k8s
 
 
+DRIFT_NS = "drift"
+
+
 @pytest.fixture(scope="module")
-def cp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    cp = start_control_plane(tmp_path_factory.mktemp("k8s"))
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("standin")
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory: pytest.TempPathFactory, standin: Path) -> Iterator[ControlPlane]:
+    cp = start_control_plane(tmp_path_factory.mktemp("k8s"), exec_config=standin_exec_config(
+        [DRIFT_NS], "cass", 8, standin))
     yield cp
     cp.stop()
 
@@ -62,9 +74,9 @@ def fast_policy(ns: str, url: str, **spec: Any) -> str:
                   metrics={"prometheus": {"url": url}}, **spec)
 
 
-def namespace(cp: ControlPlane, name: str, replicas: int = 3) -> str:
+def namespace(cp: ControlPlane, name: str, replicas: int = 3, **sts: Any) -> str:
     cp.kubectl("create", "namespace", name)
-    cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas))
+    cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas, **sts))
     wait_until(f"{replicas} pods in {name}", lambda: get(cp, "statefulset", "cass", name)
                .get("status", {}).get("readyReplicas") == replicas, 60)
     return name
@@ -286,11 +298,21 @@ def test_the_chart_installs_and_its_rbac_is_enough(cp: ControlPlane, prom: Prome
     can = {v: can_i(v)
            for v in ("patch statefulsets/scale", "create pods/exec",
                      "patch elasticpolicies/status", "delete statefulsets", "create pods",
-                     "delete persistentvolumeclaims", "patch clusterkopfpeerings")}
+                     "delete persistentvolumeclaims", "patch clusterkopfpeerings",
+                     "list horizontalpodautoscalers", "patch horizontalpodautoscalers")}
     assert can == {"patch statefulsets/scale": "yes", "create pods/exec": "yes",
                    "patch elasticpolicies/status": "yes", "delete statefulsets": "no",
                    "create pods": "no", "delete persistentvolumeclaims": "yes",
-                   "patch clusterkopfpeerings": "yes"}, can
+                   "patch clusterkopfpeerings": "yes", "list horizontalpodautoscalers": "yes",
+                   "patch horizontalpodautoscalers": "no"}, can
+    # KEDA's CRD is not installed here, so kubectl cannot name the resource: ask the
+    # API server's authorizer directly
+    sar = json.loads(cp.kubectl("create", "-o", "json", "-f", "-", stdin=json.dumps({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": sa, "groups": ["system:serviceaccounts"], "resourceAttributes": {
+            "verb": "list", "group": "keda.sh", "resource": "scaledobjects",
+            "namespace": "default"}}})).stdout)
+    assert sar["status"]["allowed"] is True, sar
     token = cp.kubectl("create", "token", "elastore", "-n", "elastore-system").stdout.strip()
     kc = kubeconfig(cp.server, cp.root / "pki", tmp_path / "sa.kubeconfig", token=token,
                     user="elastore")
@@ -303,5 +325,120 @@ def test_the_chart_installs_and_its_rbac_is_enough(cp: ControlPlane, prom: Prome
         assert cond(st, "Ready")["status"] == "True", op.tail()
         assert any(e["reason"] == "Decision" for e in events(cp, ns, "orders"))
         assert "Forbidden" not in op.tail(20000), op.tail()
+    finally:
+        op.stop()
+
+
+# ------------------------------------------------------------------------------------------
+def enforce_policy(ns: str, url: str, name: str = "orders", **spec: Any) -> str:
+    return policy(name, ns, "cass", mode="Enforce", controlPeriod="10s",
+                  replicas={"min": 3, "max": 8},
+                  prediction={"method": "persistence", "horizon": "10s", "step": "2s"},
+                  migration={"nodeOverheadSeconds": 5},
+                  scaleDown={"stabilizationSeconds": 0},
+                  nodetool=[sys.executable, str(NODETOOL_STANDIN)],
+                  metrics={"prometheus": {"url": url}}, **spec)
+
+
+def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom: Prometheus,
+                                                         tmp_path: Path) -> None:
+    """Enforce, with a load (800 req/s) that wants more than 3 servers, on targets it must
+    not touch: not opted in; controlled by an owner (cass-operator's StatefulSets are
+    CassandraDatacenter's; here a ConfigMap stands in as the controller owner, so the
+    garbage collector keeps the StatefulSet); also scaled by an HPA; also targeted by a
+    second ElasticPolicy. Each is a Conflict condition with its reason and an Event, the
+    StatefulSet stays at 3, and the policy keeps forecasting."""
+    cases: dict[str, str] = {}
+    cases[namespace(cp, "owner-optin", managed=False)] = "NotOptedIn"
+    cp.kubectl("create", "namespace", "owner-ctl")
+    cp.kubectl("create", "configmap", "dc1", "-n", "owner-ctl")
+    uid = get(cp, "configmap", "dc1", "owner-ctl")["metadata"]["uid"]
+    cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", "owner-ctl", 3, owner={
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "dc1", "uid": uid,
+        "controller": True}))
+    cases["owner-ctl"] = "OwnedByController"
+    hpa_ns = namespace(cp, "owner-hpa")
+    cp.kubectl("apply", "-f", "-", stdin=json.dumps({
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "cass", "namespace": hpa_ns},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                    "name": "cass"},
+                 "minReplicas": 3, "maxReplicas": 3,
+                 "metrics": [{"type": "Resource", "resource": {
+                     "name": "cpu", "target": {"type": "Utilization",
+                                               "averageUtilization": 80}}}]}}))
+    cases[hpa_ns] = "TargetContended"
+    two = namespace(cp, "owner-two")
+    cases[two] = "TargetContended"
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    try:
+        for ns in cases:
+            cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(two, prom.url, name="second"))
+        for ns, reason in cases.items():
+            st = wait_until(f"a {reason} conflict in {ns}", lambda ns=ns, r=reason: status_when(
+                cp, "orders", ns, lambda s: cond(s, "Conflict").get("reason") == r and
+                bool(s.get("forecast"))), 90)
+            assert st is not None and cond(st, "Conflict")["status"] == "True"
+            assert st["desiredReplicas"] > 3  # it still decides: the load wants more
+        # two more decisions each: still nothing touched
+        wait_until("two more decisions", lambda: all(
+            int(status(cp, "orders", ns)["lastDecision"]["epoch"]) > 0 for ns in cases), 30)
+        import time
+        time.sleep(25)
+        for ns, reason in cases.items():
+            assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 3, ns
+            assert any(e["reason"] == reason and e["type"] == "Warning"
+                       for e in events(cp, ns, "orders")), ns
+        assert "ElasticPolicy/second" in cond(status(cp, "orders", two), "Conflict")["message"]
+        assert "Forbidden" not in op.tail(20000)
+    finally:
+        op.stop()
+
+
+def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
+                                                        metrics: CassandraMetrics,
+                                                        prom: Prometheus, standin: Path,
+                                                        tmp_path: Path) -> None:
+    """A ScaleIn 6 -> 5 (800 req/s needs 5) is decommissioning cass-5, held LEAVING by the
+    stand-in, when someone scales the StatefulSet to 8. The node then leaves the ring: the
+    operator used to scale to 5, deleting cass-5..7 (two never decommissioned). Now it
+    touches nothing, says Conflict (Drift) with an Event, and finishes the step once the
+    size is back to 6."""
+    ns = namespace(cp, DRIFT_NS, 6)
+    (standin / ns).mkdir(parents=True, exist_ok=True)
+    hold = standin / ns / "hold-5"
+    hold.write_text("held by the test")
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    try:
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
+        calls = standin / ns / "calls.log"
+        wait_until("the decommission of cass-5", lambda: status_when(
+            cp, "orders", ns, lambda s: (s.get("operation") or {}).get("phase") ==
+            "Decommissioning") and calls.exists() and "5 decommission" in calls.read_text(),
+            120)
+        cp.kubectl("scale", "statefulset", "cass", "-n", ns, "--replicas=8")
+        st = wait_until("a Drift conflict", lambda: status_when(
+            cp, "orders", ns, lambda s: cond(s, "Conflict").get("reason") == "Drift"), 60)
+        assert st is not None and "expects 6" in cond(st, "Conflict")["message"]
+        hold.unlink()  # the node leaves the ring while the size is drifted
+        wait_until("cass-5 to be DECOMMISSIONED", lambda: "Mode: DECOMMISSIONED" in
+                   subprocess.run([sys.executable, str(NODETOOL_STANDIN), "netstats"],
+                                  env={"ELASTORE_NODE": "5",
+                                       "ELASTORE_STANDIN_DIR": str(standin / ns)},
+                                  capture_output=True, text=True).stdout, 30)
+        import time
+        time.sleep(20)  # four polls of the operation
+        assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 8
+        assert cond(status(cp, "orders", ns), "Conflict")["reason"] == "Drift"
+        assert [e for e in events(cp, ns, "orders") if e["reason"] == "Drift"]
+        # the drift goes away: the step finishes, one node down from where it started
+        cp.kubectl("scale", "statefulset", "cass", "-n", ns, "--replicas=6")
+        wait_until("the scale-in to finish", lambda: status_when(
+            cp, "orders", ns, lambda s: not s.get("operation") and
+            cond(s, "Conflict").get("status") == "False"), 90)
+        assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 5
+        lines = calls.read_text().splitlines()
+        assert [c.split()[1] for c in lines if c.split()[2:3] == ["decommission"]] == ["5"]
     finally:
         op.stop()

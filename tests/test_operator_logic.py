@@ -4,6 +4,7 @@ one control period's decision. No cluster: plain data in, plain data out."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -330,3 +331,31 @@ def test_a_planned_start_is_never_pushed_back_by_the_next_period(ms: ModelSet) -
     low = high + [2.0 * per] * 3
     third = control.decide(spec, snap(low, now=10_060.0), 3, ms, first.memory)
     assert not [x for x in third.actions if x.replicas == 4]
+
+
+def test_drift_on_the_state_machine_is_a_conflict_never_a_scale() -> None:
+    """The issue's reproduction: during a ScaleIn 4 -> 3, someone scales to 6; when the
+    node reaches DECOMMISSIONED the machine used to scale to 3 (deleting two pods that
+    never left the ring). Every phase now checks the size it expects."""
+    op = operation.start("ScaleIn", "db", 4, 0.0, 60.0, "data")
+    op, eff, _ = operation.advance(op, facts(spec_replicas=4), 10.0)
+    assert eff == "decommission"
+    for mode in ("LEAVING", "DECOMMISSIONED", "NORMAL"):
+        held, eff, done = operation.advance(op, facts(spec_replicas=6, node_mode=mode), 20.0)
+        assert (eff, done, held.phase) == ("conflict", False, "Decommissioning")
+        assert "drift" in held.message and "expects 4" in held.message
+    out = operation.start("ScaleOut", "db", 3, 0.0, 60.0)
+    out, eff, _ = operation.advance(out, facts(spec_replicas=4, node_mode="JOINING"), 1.0)
+    _, eff, _ = operation.advance(out, facts(spec_replicas=2, node_mode="JOINING"), 2.0)
+    assert eff == "conflict"
+
+
+def test_tamper_the_identity_of_an_operation_follows_from_its_target() -> None:
+    op = operation.start("ScaleIn", "db", 4, 0.0, 60.0, "data")
+    operation.check_identity(op, "db", "data")  # its own: accepted
+    for bad in (replace(op, pod="db-0"), replace(op, pvc="data-db-0"),
+                replace(op, to_replicas=1), replace(op, pvc=None)):
+        with pytest.raises(ElastoreError):
+            operation.check_identity(bad, "db", "data")
+    with pytest.raises(ElastoreError, match="concerns 'other-3'"):
+        operation.check_identity(op, "other", "data")

@@ -166,7 +166,7 @@ def test_the_simulated_cluster_records_what_a_real_one_would_lose(ms: ModelSet) 
     kube = SimulatedKube(Cluster.balanced(4, GIB, boot_s=0.0), NS, STS)
     assert kube.node_mode(NS, "db-3", "c", ("nodetool",)) == "NORMAL"
     kube.start_decommission(NS, "db-1", "c", ("nodetool",))
-    kube.scale(NS, STS, 3)
+    kube.scale(NS, STS, 3, expect=4)
     assert len(kube.violations) == 2
     assert kube.pod(NS, "db-3") == (False, False)
 
@@ -188,3 +188,96 @@ def test_merge_patch_is_the_api_servers() -> None:
     doc: dict[str, Any] = {"a": {"b": 1, "c": 2}, "d": [1, 2], "e": 5}
     merge_patch(doc, {"a": {"b": None, "x": 3}, "d": [3], "e": None})
     assert doc == {"a": {"c": 2, "x": 3}, "d": [3]}
+
+
+def test_drift_during_a_scale_in_stops_the_operator_until_it_is_undone(ms: ModelSet) -> None:
+    """A ScaleIn 5 -> 4 is decommissioning db-4 when someone scales the StatefulSet to 6.
+    The operator used to scale to 4 when the node left, deleting db-5 and db-4's successor
+    without a decommission. Now: a Conflict (Drift) with an Event, no effect at all while
+    the drift lasts; when the size is back, the step finishes as planned."""
+    rig = Rig(ms, day(ms))
+    rig.run(3 * 3600, stop=lambda: bool(rig.calls("decommission")))
+    op = rig.policies.status["operation"]
+    assert op["kind"] == "ScaleIn" and op["phase"] == "Decommissioning", op
+    frm = op["fromReplicas"]
+    rig.kube.scale(NS, STS, frm + 2, expect=frm)  # someone else
+    n_calls = len(rig.kube.calls)
+    rig.run(rig.t + 1800)
+    made = rig.kube.calls[n_calls:]
+    assert not [c for _, c in made if c.startswith("scale")], made  # touched nothing
+    assert rig.kube.spec_replicas == frm + 2
+    conflict = rig.cond("Conflict")
+    assert (conflict["status"], conflict["reason"]) == ("True", "Drift"), conflict
+    assert "expects" in conflict["message"]
+    assert [r for r, _, w in rig.policies.events if w].count("Drift") == 1  # once
+    assert rig.policies.status["operation"]["toReplicas"] == frm - 1
+    # the drift goes away: the step goes on (its node has left the ring meanwhile)
+    rig.kube.scale(NS, STS, frm, expect=frm + 2)
+    rig.run(rig.t + 600, stop=lambda: rig.policies.status.get("operation") is None)
+    assert rig.kube.spec_replicas == frm - 1
+    assert rig.cond("Conflict")["status"] == "False"
+
+
+@pytest.mark.parametrize("setup,reason", [
+    (lambda k: setattr(k, "managed", False), "NotOptedIn"),
+    (lambda k: setattr(k, "owner", "CassandraDatacenter/dc1"), "OwnedByController"),
+    (lambda k: k.others.append("HorizontalPodAutoscaler/db"), "TargetContended"),
+    (lambda k: k.others.append("ScaledObject/db"), "TargetContended"),
+    (lambda k: k.others.append("ElasticPolicy/other"), "TargetContended"),
+])
+def test_owner_and_contention_refusals_leave_the_target_alone(
+        ms: ModelSet, setup: Callable[[SimulatedKube], None], reason: str) -> None:
+    """Enforce refuses a target that did not opt in, that a controller owns (as
+    cass-operator's), or that something else also scales: a Conflict condition with the
+    reason, one Event, no effect; forecasting and recommending go on."""
+    rig = Rig(ms, day(ms))
+    setup(rig.kube)
+    rig.run(1800)
+    assert rig.kube.calls == [] and rig.kube.spec_replicas == 3
+    conflict = rig.cond("Conflict")
+    assert (conflict["status"], conflict["reason"]) == ("True", reason)
+    assert [r for r, _, w in rig.policies.events if w] == [reason]
+    st = rig.policies.status
+    assert st["desiredReplicas"] >= 4 and st["forecast"]["requestsPerSecond"] > 0
+    assert rig.cond("ScalingUp")["reason"] == reason
+
+
+@pytest.mark.parametrize("field,value", [("pod", "db-0"), ("pvc", "data-db-0"),
+                                         ("toReplicas", 1), ("kind", "Delete")])
+def test_tamper_an_operation_patched_into_the_status_is_refused(ms: ModelSet, field: str,
+                                                                value: Any) -> None:
+    """Whoever may patch the status must not choose the pod to exec into or the PVC to
+    delete: an operation whose pod, PVC or size is not what its kind implies is held, with
+    a Conflict (StatusRejected), and nothing is done."""
+    rig = Rig(ms, day(ms))
+    rig.kube.pvc_template = "data"
+    rig.run(3 * 3600, stop=lambda: bool(rig.calls("decommission")))
+    op = dict(rig.policies.status["operation"])
+    op[field] = value
+    rig.policies.body["status"]["operation"] = op
+    n_calls = len(rig.kube.calls)
+    rig.run(rig.t + 1200)
+    assert rig.kube.calls[n_calls:] == []
+    conflict = rig.cond("Conflict")
+    assert (conflict["status"], conflict["reason"]) == ("True", "StatusRejected"), conflict
+
+
+def test_an_unexpected_exception_is_degraded_internal_error_not_only_a_log(
+        ms: ModelSet) -> None:
+    """A bug in a tick (here: the metrics source divides by zero) sets Degraded
+    (InternalError) with the exception and posts an Event, then propagates to kopf's
+    backoff."""
+    rig = Rig(ms, day(ms))
+
+    class Broken:
+        def snapshot(self, *_: Any) -> Snapshot:
+            raise ZeroDivisionError("division by zero")
+
+    rig.runner.source = lambda _spec: Broken()  # type: ignore[assignment,return-value]
+    with pytest.raises(ZeroDivisionError):
+        rig.runner.tick()
+    deg = rig.cond("Degraded")
+    assert (deg["status"], deg["reason"]) == ("True", "InternalError")
+    assert "ZeroDivisionError" in deg["message"]
+    assert ("InternalError", "ZeroDivisionError: division by zero", True) in \
+        rig.policies.events

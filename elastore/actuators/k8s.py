@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastore.actuators.nodetool import parse_mode, stream_setting
-from elastore.actuators.ports import StatefulSetFacts
+from elastore.actuators.ports import MANAGED_LABEL, DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError
 from elastore.units import GIB, KIB, MIB, PIB, TIB
 
 log = logging.getLogger("elastore.k8s")
+
+#: the ElasticPolicy API (group, version), as elastore.operator.spec declares it (a test
+#: checks they agree; the actuators never import the operator)
+POLICY_API = ("elastore.io", "v1alpha1")
 
 _UNITS = {"Ki": KIB, "Mi": MIB, "Gi": GIB, "Ti": TIB, "Pi": PIB,
           "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "": 1}
@@ -73,19 +77,75 @@ class KubeActuator:
             if "storage" in req:
                 size = parse_quantity(req["storage"])
         st = sts.status
+        meta = sts.metadata
+        owner = next((f"{o.kind}/{o.name}" for o in (meta.owner_references or [])
+                      if o.controller), None)
+        managed = (meta.labels or {}).get(MANAGED_LABEL) == "true"
         return StatefulSetFacts(name, int(sts.spec.replicas or 0), int(st.ready_replicas or 0),
-                                int(st.replicas or 0), tmpl, size)
+                                int(st.replicas or 0), tmpl, size, managed, owner)
 
-    def scale(self, ns: str, name: str, replicas: int) -> None:
+    def scale(self, ns: str, name: str, replicas: int, expect: int) -> None:
+        """Compare-and-set through the scale subresource: the patch carries the
+        resourceVersion read with ``expect``, so a change made in between is a 409, never
+        overwritten."""
         from kubernetes.client.exceptions import ApiException
 
         try:
-            self.apps.patch_namespaced_stateful_set_scale(name, ns,
-                                                          {"spec": {"replicas": replicas}})
+            cur: Any = self.apps.read_namespaced_stateful_set_scale(name, ns)
         except ApiException as exc:
+            raise ElastoreError(f"reading the scale of StatefulSet {ns}/{name}: "
+                                f"{exc.reason}") from exc
+        if int(cur.spec.replicas or 0) != expect:
+            raise DriftError(f"StatefulSet {ns}/{name} has {cur.spec.replicas} replicas, not "
+                             f"the {expect} this step expected: not scaling to {replicas}")
+        body = {"metadata": {"resourceVersion": cur.metadata.resource_version},
+                "spec": {"replicas": replicas}}
+        try:
+            self.apps.patch_namespaced_stateful_set_scale(name, ns, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise DriftError(f"StatefulSet {ns}/{name} changed while it was being scaled "
+                                 f"to {replicas}: not retried blind") from exc
             raise ElastoreError(f"scaling StatefulSet {ns}/{name} to {replicas}: "
                                 f"{exc.reason}") from exc
-        log.info("scaled %s/%s to %d replicas", ns, name, replicas)
+        log.info("scaled %s/%s %d -> %d replicas", ns, name, expect, replicas)
+
+    def contenders(self, ns: str, name: str, policy: str) -> list[str]:
+        from kubernetes.client.exceptions import ApiException
+
+        found: list[str] = []
+        custom = self.client.CustomObjectsApi(self.core.api_client)
+        try:
+            hpas: Any = self.client.AutoscalingV2Api(self.core.api_client) \
+                .list_namespaced_horizontal_pod_autoscaler(ns)
+        except ApiException as exc:
+            raise ElastoreError(f"listing HorizontalPodAutoscalers in {ns}: "
+                                f"{exc.reason}") from exc
+        for h in hpas.items:
+            ref = h.spec.scale_target_ref
+            if ref.kind == "StatefulSet" and ref.name == name:
+                found.append(f"HorizontalPodAutoscaler/{h.metadata.name}")
+        try:  # KEDA: absent from most clusters (404: no such resource), never an error
+            objs: Any = custom.list_namespaced_custom_object("keda.sh", "v1alpha1", ns,
+                                                             "scaledobjects")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ElastoreError(f"listing KEDA ScaledObjects in {ns}: "
+                                    f"{exc.reason}") from exc
+            objs = {"items": []}
+        for o in objs.get("items", []):
+            ref = (o.get("spec") or {}).get("scaleTargetRef") or {}
+            if ref.get("kind") == "StatefulSet" and ref.get("name") == name:
+                found.append(f"ScaledObject/{o['metadata']['name']}")
+        try:
+            pols: Any = custom.list_namespaced_custom_object(*POLICY_API, ns, "elasticpolicies")
+        except ApiException as exc:
+            raise ElastoreError(f"listing ElasticPolicies in {ns}: {exc.reason}") from exc
+        for o in pols.get("items", []):
+            tgt = ((o.get("spec") or {}).get("target") or {}).get("name")
+            if tgt == name and o["metadata"]["name"] != policy:
+                found.append(f"ElasticPolicy/{o['metadata']['name']}")
+        return sorted(found)
 
     # -- pods -----------------------------------------------------------------------------------
     def pod(self, ns: str, name: str) -> tuple[bool, bool]:

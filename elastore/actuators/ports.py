@@ -10,6 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from elastore.errors import ElastoreError
+
+#: the label a StatefulSet carries to let an Enforce policy act on it
+MANAGED_LABEL = "elastore.io/managed"
+
+
+class DriftError(ElastoreError):
+    """The StatefulSet's size is not what the operation expected: someone else changed it."""
+
 
 @dataclass(frozen=True)
 class StatefulSetFacts:
@@ -19,6 +28,8 @@ class StatefulSetFacts:
     replicas: int  # pods that exist
     pvc_template: str | None  # the first volumeClaimTemplate's name
     volume_bytes: float | None  # its requested size
+    managed: bool = False  # labelled MANAGED_LABEL=true: it opts in to Enforce
+    owner: str | None = None  # "Kind/name" of its controller owner (ownerReferences)
 
 
 class ClusterPort(Protocol):
@@ -28,8 +39,13 @@ class ClusterPort(Protocol):
     def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
         """The StatefulSet's replicas and volume template; None if it does not exist."""
 
-    def scale(self, ns: str, name: str, replicas: int) -> None:
-        """Set ``spec.replicas`` (the scale subresource)."""
+    def scale(self, ns: str, name: str, replicas: int, expect: int) -> None:
+        """Set ``spec.replicas`` (the scale subresource), only if it is ``expect`` now
+        (compare-and-set on the resourceVersion): else :class:`DriftError`."""
+
+    def contenders(self, ns: str, name: str, policy: str) -> list[str]:
+        """Whatever else scales this StatefulSet: HorizontalPodAutoscalers, KEDA
+        ScaledObjects and ElasticPolicies other than ``policy``, as "Kind/name"."""
 
     def pod(self, ns: str, name: str) -> tuple[bool, bool]:
         """(exists, ready); a pod being deleted exists and is not ready."""

@@ -12,6 +12,18 @@ Scale-out: ``Scaling`` (replicas + 1) -> ``Joining`` (until the new node is NORM
 Scale-in: ``Decommissioning`` (decommission the highest ordinal, until DECOMMISSIONED, i.e.
 LEFT the ring) -> ``Scaling`` (replicas - 1, until the pod is gone) -> ``Cleanup`` (the PVC
 per policy; retained by default).
+
+**Drift.** Every phase knows which ``spec.replicas`` it may find (:func:`allowed_replicas`:
+the operation's own from/to). Anyone else's change to the StatefulSet's size while an
+operation runs (a human, another controller) is drift: :func:`advance` then returns the
+``conflict`` effect, which touches nothing, and waits for the size to come back. A
+scale-in that took its ``to_replicas`` at face value would, after someone scaled 4 -> 6,
+remove two pods that never left the ring.
+
+**Derived, not trusted.** The pod and the PVC an operation acts on follow from the target
+and the operation's ``fromReplicas`` (:func:`expected_pod`); the status is writable by
+anyone who may patch it, so :func:`check_identity` refuses an operation whose pod or PVC
+does not match.
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ from typing import Any, Literal
 from elastore.errors import ElastoreError
 from elastore.operator.status import iso
 
-Effect = Literal["none", "scale", "decommission", "delete-pvc"]
+Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict"]
 REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
 
 @dataclass(frozen=True)
@@ -90,11 +102,54 @@ def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: f
                           pvc=f"{pvc_template}-{pod}" if pvc_template else None)
 
 
+def expected_pod(kind: str, sts: str, from_replicas: int) -> str:
+    """The pod a node step concerns: the new ordinal, or the highest one."""
+    return f"{sts}-{from_replicas if kind == 'ScaleOut' else from_replicas - 1}"
+
+
+def check_identity(op: OperationState, sts: str, pvc_template: str | None) -> None:
+    """Refuse an operation (read back from the status) whose pod or PVC is not the one its
+    own kind and size imply on this target: a status patched by someone else."""
+    if op.kind not in ("ScaleOut", "ScaleIn"):
+        raise ElastoreError(f"operation of unknown kind {op.kind!r}")
+    if op.to_replicas != op.from_replicas + (1 if op.kind == "ScaleOut" else -1) or \
+            op.from_replicas < 1:
+        raise ElastoreError(f"operation {op.kind} {op.from_replicas} -> {op.to_replicas} is "
+                            "not a one-node step")
+    pod = expected_pod(op.kind, sts, op.from_replicas)
+    if op.pod != pod:
+        raise ElastoreError(f"the operation names pod {op.pod!r}; a {op.kind} from "
+                            f"{op.from_replicas} replicas of {sts} concerns {pod!r}")
+    pvc = f"{pvc_template}-{pod}" if pvc_template else None
+    if op.pvc != pvc:
+        raise ElastoreError(f"the operation names PVC {op.pvc!r}; {pod}'s is {pvc!r}")
+
+
+def allowed_replicas(op: OperationState) -> tuple[int, ...]:
+    """The StatefulSet sizes this phase may find; any other is drift."""
+    if op.kind == "ScaleOut":
+        return (op.from_replicas, op.to_replicas) if op.phase == "Scaling" else \
+            (op.to_replicas,)
+    if op.phase == "Decommissioning":
+        return (op.from_replicas,)
+    if op.phase == "Scaling":
+        return (op.from_replicas, op.to_replicas)
+    return (op.to_replicas,)
+
+
 def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "Retain"
             ) -> tuple[OperationState, Effect, bool]:
     """The next state, the effect to carry out now, and whether the operation is done."""
     def at(phase: str, message: str, **kw: Any) -> OperationState:
         return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
+
+    allowed = allowed_replicas(op)
+    if facts.spec_replicas not in allowed:
+        want = " or ".join(map(str, allowed))
+        return at(op.phase, f"drift: the StatefulSet has {facts.spec_replicas} replicas, this "
+                            f"{op.kind} {op.from_replicas} -> {op.to_replicas} in phase "
+                            f"{op.phase} expects {want}; touching nothing until it is back "
+                            "or the operation is aborted"), "conflict", False
 
     if op.kind == "ScaleOut":
         if op.phase == "Scaling":

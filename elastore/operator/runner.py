@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from elastore.actuators.ports import ClusterPort, StatefulSetFacts
+from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import control, operation
@@ -71,6 +71,7 @@ class _Tick:
     sts: StatefulSetFacts | None = None
     memory: control.Memory = field(default_factory=control.Memory)
     evidence: bool = False  # the last observation succeeded
+    blocked: tuple[str, str] | None = None  # (reason, message): Enforce may not touch it
 
     @property
     def last_decision(self) -> dict[str, Any]:
@@ -106,7 +107,13 @@ class Runner:
                   conds=list(status.get("conditions") or []),
                   gen=int(body["metadata"].get("generation", 0)))
         t.out["observedGeneration"] = t.gen
-        wait, degraded = self._steps(t)
+        try:
+            wait, degraded = self._steps(t)
+        except ElastoreError:
+            raise
+        except Exception as exc:  # a bug: said in the status, then kopf's backoff
+            self._internal_error(t, exc)
+            raise
         if degraded is not None:
             t.cond("Degraded", True, *degraded)
             t.cond("Ready", False, *degraded)
@@ -117,6 +124,19 @@ class Runner:
                 1 if degraded is not None else 0)
         log.debug("%s/%s tick in %.2f s", self.namespace, self.name, time.monotonic() - t0)
         return max(1.0, wait)
+
+    def _internal_error(self, t: _Tick, exc: Exception) -> None:
+        log.exception("%s/%s: internal error", self.namespace, self.name)
+        msg = f"{type(exc).__name__}: {exc}"[:500]
+        t.cond("Degraded", True, "InternalError", msg)
+        t.cond("Ready", False, "InternalError", msg)
+        t.out["conditions"] = t.conds
+        try:
+            self.policies.patch_status(self.namespace, self.name, t.out)
+        except ElastoreError as err:
+            log.warning("%s/%s: the status could not say so either: %s", self.namespace,
+                        self.name, err)
+        self.policies.event(t.body, "InternalError", msg, warning=True)
 
     def _steps(self, t: _Tick) -> tuple[float, tuple[str, str] | None]:
         """The tick's steps; the wait until the next, and why the policy is degraded."""
@@ -144,7 +164,39 @@ class Runner:
             msg = f"StatefulSet {self.namespace}/{t.spec.target.name} not found"
             return min(t.spec.control_period_s, RETRY_S), ("TargetNotFound", msg)
         self._current(t, t.sts)
+        if t.spec.enforce:
+            self._guard(t)
         return None
+
+    def _guard(self, t: _Tick) -> None:
+        """Whether Enforce may touch the target at all: it opted in, nothing else owns or
+        scales it. A refusal is the ``Conflict`` condition (and an Event when new); the
+        policy keeps forecasting and recommending."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        ref = f"StatefulSet {self.namespace}/{sts.name}"
+        if not sts.managed:
+            t.blocked = ("NotOptedIn", f"{ref} is not labelled {MANAGED_LABEL}=true: Enforce "
+                                       "acts only on a target that opts in")
+        elif sts.owner is not None:
+            t.blocked = ("OwnedByController", f"{ref} is controlled by {sts.owner}: scaling "
+                                              "it would fight its owner; scale the owner")
+        else:
+            others = self.kube.contenders(self.namespace, sts.name, self.name)
+            if others:
+                t.blocked = ("TargetContended", f"{ref} is also scaled by "
+                                                f"{', '.join(others)}: one scaler per target")
+        self._conflict(t)
+
+    def _conflict(self, t: _Tick) -> None:
+        if t.blocked is None:
+            t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
+            return
+        reason, message = t.blocked
+        was = condition(t.status.get("conditions") or [], "Conflict") or {}
+        if was.get("reason") != reason or was.get("status") != "True":
+            self.policies.event(t.body, reason, message, warning=True)
+        t.cond("Conflict", True, reason, message)
 
     def _current(self, t: _Tick, sts: StatefulSetFacts) -> None:
         t.sts = sts
@@ -159,6 +211,17 @@ class Runner:
         if op is None:
             return False
         assert t.spec is not None and t.sts is not None
+        if t.blocked is None:
+            try:
+                operation.check_identity(op, t.spec.target.name, t.sts.pvc_template)
+            except ElastoreError as exc:
+                t.blocked = ("StatusRejected", f"the operation in the status is not this "
+                                               f"policy's own: {exc}; touching nothing")
+                self._conflict(t)
+        if t.blocked is not None:
+            t.cond(_scaling(op.kind), True, "Blocked",
+                   f"{op.kind} {op.from_replicas} -> {op.to_replicas} held: {t.blocked[1]}")
+            return True
         _, done = self._advance(t, op)
         if not done:
             return True
@@ -198,7 +261,7 @@ class Runner:
             self._record(decision)
             self.telemetry.decision_seconds.labels(self.namespace, self.name).observe(
                 time.monotonic() - t0)
-        if spec.enforce and spec.target.store == "cassandra":
+        if spec.enforce and spec.target.store == "cassandra" and t.blocked is None:
             self._throttle(t, decision)
         return None
 
@@ -303,6 +366,8 @@ class Runner:
                                               "Recommend: nothing is changed)")
         elif not t.evidence:
             t.cond(ctype, False, "NoEvidence", "the last observation failed: no action")
+        elif t.blocked is not None:
+            t.cond(ctype, False, t.blocked[0], t.blocked[1])
         elif (refused := self._refuse(spec, sts, kind, t.status)) is not None:
             t.cond(ctype, False, "Refused", refused)
             self.policies.event(t.body, f"{kind}Refused", refused, warning=True)
@@ -384,13 +449,27 @@ class Runner:
             self.policies.event(t.body, "OperationStuck", str(exc), warning=True)
             t.out["operation"] = op.to_status()
             return op, False
+        if effect == "conflict":
+            t.blocked = ("Drift", new.message)
+            self._conflict(t)
+            t.cond(_scaling(op.kind), True, "Blocked", new.message)
+            t.out["operation"] = new.to_status()
+            return new, False
+        t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
         if new.phase != op.phase:
             self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
         # the state first, then the effect: a restart in between repeats nothing harmful
         self.policies.patch_status(self.namespace, self.name,
                                    {"operation": None if done else new.to_status()})
         if effect == "scale":
-            self.kube.scale(self.namespace, spec.target.name, new.to_replicas)
+            try:
+                self.kube.scale(self.namespace, spec.target.name, new.to_replicas,
+                                expect=op.from_replicas)
+            except DriftError as exc:
+                t.blocked = ("Drift", str(exc))
+                self._conflict(t)
+                t.out["operation"] = new.to_status()
+                return new, False
         elif effect == "decommission":
             self.kube.start_decommission(self.namespace, new.pod, spec.target.container,
                                          spec.target.nodetool)

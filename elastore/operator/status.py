@@ -18,7 +18,8 @@ def iso(epoch_s: float) -> str:
     return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-CONDITIONS = ("Ready", "Forecasting", "ScalingUp", "ScalingDown", "Throttling", "Degraded")
+CONDITIONS = ("Ready", "Forecasting", "ScalingUp", "ScalingDown", "Throttling", "Degraded",
+              "Conflict")
 
 
 def set_condition(conditions: list[dict[str, Any]], ctype: str, status: bool, reason: str,

@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from elastore.actuators.nodetool import stream_setting
-from elastore.actuators.ports import StatefulSetFacts
+from elastore.actuators.ports import DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.metrics import Snapshot
 from elastore.sim.engine import Cluster
@@ -48,6 +48,9 @@ class SimulatedKube:
         self.spec_replicas = cluster.serving
         self.pvc_template = pvc_template
         self.volume_bytes = volume_bytes
+        self.managed = True  # the simulated target opts in to Enforce
+        self.owner: str | None = None
+        self.others: list[str] = []  # other scalers of it ("Kind/name"), for tests
         self.stream_mibps = stream_mibps  # every node's stream throttle
         self.decommissioned: set[int] = set()  # nodes that left the ring; their pod remains
         self.pvcs = {self._pvc(k) for k in range(self.spec_replicas)} - {None}
@@ -92,7 +95,10 @@ class SimulatedKube:
             return None
         ready = sum(self._ready(k) for k in range(self.spec_replicas))
         return StatefulSetFacts(name, self.spec_replicas, ready, self.spec_replicas,
-                                self.pvc_template, self.volume_bytes)
+                                self.pvc_template, self.volume_bytes, self.managed, self.owner)
+
+    def contenders(self, ns: str, name: str, policy: str) -> list[str]:
+        return sorted(self.others)
 
     def _booting(self, k: int) -> bool:
         """Pod k exists but its node is not up yet (only the next node boots at a time)."""
@@ -106,10 +112,13 @@ class SimulatedKube:
     def _ready(self, k: int) -> bool:
         return k not in self.decommissioned and not self._booting(k)
 
-    def scale(self, ns: str, name: str, replicas: int) -> None:
+    def scale(self, ns: str, name: str, replicas: int, expect: int) -> None:
         self._sync()
         if (ns, name) != (self.namespace, self.name):
             raise ElastoreError(f"no StatefulSet {ns}/{name}")
+        if self.spec_replicas != expect:
+            raise DriftError(f"StatefulSet {ns}/{name} has {self.spec_replicas} replicas, not "
+                             f"the {expect} this step expected")
         self.calls.append((self.now_s, f"scale {replicas}"))
         if replicas > self.spec_replicas:
             for k in range(self.spec_replicas, replicas):

@@ -6,7 +6,9 @@ kwok's ``Exec`` runs the operator's nodetool argv locally with the pod's environ
 test's own). ``netstats`` prints ``Mode: NORMAL``, or after a ``decommission`` of that
 node ``LEAVING`` for :data:`LEAVE_S` seconds and then ``DECOMMISSIONED`` (for
 :data:`FORGET_S` seconds: a pod of that ordinal created later is a new node).
-``setstreamthroughput`` succeeds. Every call is appended to ``calls.log``.
+``setstreamthroughput`` succeeds. Every call is appended to ``calls.log``. While a file
+``hold-<node>`` exists in that directory, a decommissioned node stays ``LEAVING`` (a test
+holds a decommission open to act during it).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
         mode = "NORMAL"
         if marker.exists():
             age = now - float(marker.read_text())
-            if age < LEAVE_S:
+            if age < LEAVE_S or (d / f"hold-{node}").exists():
                 mode = "LEAVING"
             elif age < FORGET_S:
                 mode = "DECOMMISSIONED"
