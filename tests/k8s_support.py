@@ -206,10 +206,13 @@ class OperatorProcess:
         self.metrics_port = free_port()
         self.log = log
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
+        # the nodetool commands the suites' policies name: the stand-in, the lab's exec
+        allowed = [a for c in ("nodetool", f"{sys.executable} {NODETOOL_STANDIN}",
+                               f"{sys.executable} {PODEXEC}") for a in ("--nodetool", c)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elastore", "-v", "operator", "run", "--kubeconfig",
              str(kubeconfig), "--metrics-port", str(self.metrics_port), "--metrics-addr",
-             "127.0.0.1", "--peering-lifetime", str(lifetime_s), *args],
+             "127.0.0.1", "--peering-lifetime", str(lifetime_s), *allowed, *args],
             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
 
     @property

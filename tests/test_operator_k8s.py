@@ -129,6 +129,12 @@ INVALID = [
     ("negative stabilization", {"scaleDown": {"stabilizationSeconds": -1}},
      "spec.scaleDown.stabilizationSeconds"),
     ("unknown field", {"replica": 4}, 'unknown field "spec.replica"'),
+    ("nodetool as a shell line (tamper)", {"target": {
+        "name": "cass", "replicationFactor": 3, "nodetool": ["sh", "-c", "rm -rf /"]}},
+     "spec.target.nodetool[2] in body should match"),
+    ("container not a name", {"target": {
+        "name": "cass", "replicationFactor": 3, "container": "cassandra; sh"}},
+     "spec.target.container in body should match"),
 ]
 
 
@@ -440,5 +446,43 @@ def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
         assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 5
         lines = calls.read_text().splitlines()
         assert [c.split()[1] for c in lines if c.split()[2:3] == ["decommission"]] == ["5"]
+    finally:
+        op.stop()
+
+
+def test_tamper_an_operation_patched_into_the_status_deletes_nothing(
+        cp: ControlPlane, prom: Prometheus, tmp_path: Path) -> None:
+    """Whoever may patch a policy's status writes an operation that would delete the PVC
+    of cass-0 (a node that never left the ring), with scaleDown.pvcPolicy Delete. The
+    operation's pod and PVC do not follow from its kind and the target: it is refused
+    (Conflict: StatusRejected, an Event), and the PVC and the StatefulSet are untouched."""
+    ns = namespace(cp, "tamper")
+    cp.kubectl("apply", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-cass-0", "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
+                 "resources": {"requests": {"storage": "1Gi"}}}}))
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    try:
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(
+            ns, prom.url, replicas={"min": 3, "max": 3},
+            scaleDown={"stabilizationSeconds": 0, "pvcPolicy": "Delete"}))
+        wait_until("a first decision", lambda: status_when(
+            cp, "orders", ns, lambda s: bool(s.get("forecast"))), 90)
+        forged = {"kind": "ScaleIn", "fromReplicas": 4, "toReplicas": 3, "pod": "cass-0",
+                  "phase": "Cleanup", "startedEpoch": 1.0, "pvc": "data-cass-0",
+                  "message": "forged"}
+        cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns, "--subresource=status",
+                   "--type=merge", "-p", json.dumps({"status": {"operation": forged}}))
+        st = wait_until("the forged operation to be refused", lambda: status_when(
+            cp, "orders", ns, lambda s: cond(s, "Conflict").get("reason") ==
+            "StatusRejected"), 60)
+        assert st is not None and "cass-3" in cond(st, "Conflict")["message"]
+        import time
+        time.sleep(15)
+        assert get(cp, "persistentvolumeclaim", "data-cass-0", ns)["metadata"].get(
+            "deletionTimestamp") is None
+        assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 3
+        assert any(e["reason"] == "StatusRejected" for e in events(cp, ns, "orders"))
     finally:
         op.stop()

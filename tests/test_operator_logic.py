@@ -68,6 +68,10 @@ def test_defaults_match_the_crd() -> None:
     ({"interference": {"enabled": True}, "metrics": PROM}, "spec.interference"),
     ({"metrics": {"prometheus": {"url": "http://p", "queries": {"latency": "x"}}}},
      "spec.metrics.prometheus.queries"),
+    ({"target__nodetool": ["sh", "-c", "rm -rf /"]}, "spec.target.nodetool"),  # tamper
+    ({"target__nodetool": ["a", "b", "c", "d", "e"]}, "spec.target.nodetool"),
+    ({"target__nodetool": []}, "spec.target.nodetool"),
+    ({"target__container": "cassandra; sh"}, "spec.target.container"),
 ])
 def test_invalid_specs_name_the_field(patch: dict[str, Any], where: str) -> None:
     with pytest.raises(SpecError) as err:
@@ -152,9 +156,15 @@ def test_scale_in_decommissions_then_lowers_replicas_then_cleans_up() -> None:
                                                   node_mode=None, pvc_exists=True), 96.0)
     assert (eff, done) == ("none", True) and "PVC data-db-3 retained" in kept.message
     gone, eff, done = operation.advance(op, facts(spec_replicas=3, pod_exists=False,
-                                                  node_mode=None, pvc_exists=True), 96.0,
+                                                  node_mode=None, pvc_exists=True,
+                                                  pvc_marked=True), 96.0,
                                         pvc_policy="Delete")
     assert (eff, done) == ("delete-pvc", False)
+    # without the operator's own mark on the PVC (seen leaving the ring), never deleted
+    kept, eff, done = operation.advance(op, facts(spec_replicas=3, pod_exists=False,
+                                                  node_mode=None, pvc_exists=True), 96.0,
+                                        pvc_policy="Delete")
+    assert (eff, done) == ("none", True) and "carries no mark" in kept.message
     _, eff, done = operation.advance(gone, facts(spec_replicas=3, pod_exists=False,
                                                  node_mode=None, pvc_exists=False), 97.0,
                                      pvc_policy="Delete")
@@ -359,3 +369,27 @@ def test_tamper_the_identity_of_an_operation_follows_from_its_target() -> None:
             operation.check_identity(bad, "db", "data")
     with pytest.raises(ElastoreError, match="concerns 'other-3'"):
         operation.check_identity(op, "other", "data")
+
+
+def test_stuck_past_its_deadline_or_refused_and_then_nothing_more() -> None:
+    exp = operation.expected_seconds("ScaleIn", 4, 40 * 2**30, 10.0, 60.0)
+    assert exp == pytest.approx(60 + 10 * 2**30 / (10 * 2**20))  # a node's 10 GiB at 10 MiB/s
+    assert operation.expected_seconds("ScaleOut", 4, None, 10.0, 60.0) == 60.0
+    op = operation.start("ScaleOut", "db", 3, 0.0, exp)
+    assert op.deadline_s == pytest.approx(operation.DEADLINE_FACTOR * exp +
+                                          operation.DEADLINE_MARGIN_S)
+    op, _, _ = operation.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 1.0)
+    late = op.deadline_s + 1
+    stuck, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="JOINING"), late)
+    assert (eff, done, stuck.phase) == ("stuck", False, "Stuck") and "deadline" in stuck.message
+    again, eff, _ = operation.advance(stuck, facts(spec_replicas=4, node_mode="NORMAL"), late)
+    assert (eff, again) == ("none", stuck)  # no further effect, even if it would finish now
+    assert operation.OperationState.from_status(stuck.to_status()) == stuck
+    # a decommission the store refused: Stuck at once, with its output, never re-issued
+    out = operation.start("ScaleIn", "db", 4, 0.0, 600.0)
+    out, eff, _ = operation.advance(out, facts(spec_replicas=4), 1.0)
+    assert eff == "decommission"
+    why = "nodetool decommission exited 2: Not enough live nodes to maintain RF"
+    s, eff, _ = operation.advance(out, facts(spec_replicas=4, decommission_failed=why),
+                                  1.0 + operation.REISSUE_AFTER_S + 1)
+    assert (eff, s.phase) == ("stuck", "Stuck") and "Not enough live nodes" in s.message

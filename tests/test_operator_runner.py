@@ -202,7 +202,7 @@ def test_drift_during_a_scale_in_stops_the_operator_until_it_is_undone(ms: Model
     frm = op["fromReplicas"]
     rig.kube.scale(NS, STS, frm + 2, expect=frm)  # someone else
     n_calls = len(rig.kube.calls)
-    rig.run(rig.t + 1800)
+    rig.run(rig.t + 300)  # 60 polls (within the operation's deadline)
     made = rig.kube.calls[n_calls:]
     assert not [c for _, c in made if c.startswith("scale")], made  # touched nothing
     assert rig.kube.spec_replicas == frm + 2
@@ -281,3 +281,108 @@ def test_an_unexpected_exception_is_degraded_internal_error_not_only_a_log(
     assert "ZeroDivisionError" in deg["message"]
     assert ("InternalError", "ZeroDivisionError: division by zero", True) in \
         rig.policies.events
+
+
+def test_tamper_a_nodetool_the_operator_does_not_allow_is_refused(ms: ModelSet) -> None:
+    """A policy may only pick one of the nodetool commands the operator's installer allows
+    (``--nodetool``; default nodetool and /opt/cassandra/bin/nodetool): ``sh -c reboot``
+    passes the CRD's word pattern but is refused (Degraded: NodetoolNotAllowed), and
+    nothing runs in any pod."""
+    rig = Rig(ms, day(ms))
+    rig.policies.body["spec"]["target"]["nodetool"] = ["sh", "-c", "reboot"]
+    rig.run(1800)
+    assert rig.kube.calls == []
+    deg = rig.cond("Degraded")
+    assert (deg["status"], deg["reason"]) == ("True", "NodetoolNotAllowed")
+    assert "sh', '-c', 'reboot" in deg["message"] and "nodetool" in deg["message"]
+    # the installer allows it: then it runs (the operator's choice, not the policy's)
+    rig.runner = rig.new_runner()
+    rig.runner.nodetools = (("sh", "-c", "reboot"),)
+    rig.run(3600)
+    assert rig.calls("scale") and rig.cond("Degraded")["status"] == "False"
+
+
+def test_tamper_pvc_deletion_trusts_only_the_operators_mark_on_the_pvc(ms: ModelSet) -> None:
+    """pvcPolicy Delete: the PVC of a node the loop saw leave the ring is annotated, then
+    deleted. A forged operation that names the right pod and PVC (of a pod beyond the
+    current size, say a manual scale-down left it behind) finds no mark: retained."""
+    rig = Rig(ms, day(ms))
+    rig.kube.pvc_template = "data"
+    rig.policies.body["spec"]["scaleDown"]["pvcPolicy"] = "Delete"
+    rig.run(3 * 3600)
+    assert rig.kube.spec_replicas == 3 and rig.kube.violations == []
+    assert rig.kube.pvcs == {f"data-db-{k}" for k in range(3)}  # the removed ones deleted
+    removed = [c.split()[-1] for c in rig.calls("delete pvc")]
+    assert sorted(removed) == [f"data-db-{k}" for k in range(3, 3 + len(removed))]
+    assert len(removed) >= 2
+    for pvc in removed:  # marked when its node left the ring, before its deletion
+        order = [c for _, c in rig.kube.calls if c.endswith(f"pvc {pvc}")]
+        assert order == [f"mark pvc {pvc}", f"delete pvc {pvc}"], order
+    rig.kube.pvcs.add("data-db-3")  # left behind by someone else's scale-down
+    rig.policies.body["status"]["operation"] = {
+        "kind": "ScaleIn", "fromReplicas": 4, "toReplicas": 3, "pod": "db-3",
+        "phase": "Cleanup", "startedEpoch": rig.t, "pvc": "data-db-3", "message": "forged"}
+    rig.run(rig.t + 60)
+    assert "data-db-3" in rig.kube.pvcs
+    assert rig.policies.status.get("operation") is None
+    assert any("carries no mark" in m for _, m, _ in rig.policies.events)
+
+
+def surge(ms: ModelSet) -> Callable[[float], float]:
+    """2.5 servers' worth, then (from 40 min) 6.5."""
+    c = per_server(ms)
+    return lambda t: 2.5 * c if t < 2400 else 6.5 * c
+
+
+def test_stuck_a_refused_decommission_is_issued_once_and_the_loop_keeps_forecasting(
+        ms: ModelSet) -> None:
+    """Cassandra refuses the decommission (the issue's reproduction: re-issued every 120 s
+    for 6 h, 180 times, no scale-out, no forecast). Now: issued once, the operation is
+    Stuck with the store's own message (condition and Event), the forecast and desired
+    replicas keep updating under a surge; the abort annotation stops it and holds new steps
+    while it stays; without it, the loop scales out."""
+    rig = Rig(ms, surge(ms), start_s=-3600.0)
+    # five servers for a load three carry: the plan scales in, and the store refuses
+    rig.cluster = Cluster.balanced(5, 3 * GIB, boot_s=30.0)
+    rig.kube = SimulatedKube(rig.cluster, NS, STS, volume_bytes=100 * GIB)
+    rig.metrics = TraceMetrics(surge(ms), 0.95, rig.cluster.total_bytes, -3600.0, 1e9)
+    rig.runner = rig.new_runner()
+    rig.kube.refuse_decommission = "Not enough live nodes to maintain replication factor"
+    rig.run(1800, stop=lambda: bool(rig.calls("decommission")))
+    assert rig.calls("decommission"), rig.policies.status
+    rig.run(rig.t + 6 * 3600)
+    assert len(rig.calls("decommission")) == 1
+    st = rig.policies.status
+    assert st["operation"]["phase"] == "Stuck"
+    down = rig.cond("ScalingDown")
+    assert down["reason"] == "Stuck" and "Not enough live nodes" in down["message"]
+    assert [r for r, _, w in rig.policies.events if w].count("OperationStuck") == 1
+    assert st["lastDecision"]["epoch"] >= rig.t - 120  # still deciding, every period
+    assert st["desiredReplicas"] >= 7  # the surge is seen
+    # a human: the abort annotation; the operation goes, nothing is re-issued or scaled
+    rig.policies.body["metadata"]["annotations"] = {"elastore.io/abort": "sre"}
+    n = len(rig.kube.calls)
+    rig.run(rig.t + 600)
+    assert rig.policies.status.get("operation") is None
+    assert [r for r, _, _ in rig.policies.events].count("OperationAborted") == 1
+    assert not [c for _, c in rig.kube.calls[n:] if not c.startswith("setstream")]
+    assert rig.cond("ScalingUp")["reason"] == "Aborted"
+    del rig.policies.body["metadata"]["annotations"]
+    rig.kube.refuse_decommission = None
+    rig.run(rig.t + 3600)
+    assert rig.kube.spec_replicas >= 7 and rig.calls("scale")
+
+
+def test_stuck_switching_to_recommend_stops_an_operation_safely(ms: ModelSet) -> None:
+    rig = Rig(ms, day(ms))
+    rig.run(3600, stop=lambda: bool(rig.policies.status.get("operation")))
+    op = rig.policies.status["operation"]
+    assert op["kind"] == "ScaleOut"
+    rig.policies.body["spec"]["mode"] = "Recommend"
+    rig.policies.body["metadata"]["generation"] = 2
+    n = len(rig.kube.calls)
+    rig.run(rig.t + 1800)
+    assert rig.policies.status.get("operation") is None
+    assert not [c for _, c in rig.kube.calls[n:] if c.startswith(("scale", "decommission"))]
+    msg = next(m for r, m, _ in rig.policies.events if r == "OperationAborted")
+    assert "mode Recommend" in msg and "finishes joining by itself" in msg

@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from elastore.actuators.nodetool import parse_mode, stream_setting
-from elastore.actuators.ports import MANAGED_LABEL, DriftError, StatefulSetFacts
+from elastore.actuators.ports import (
+    LEFT_RING_ANNOTATION,
+    MANAGED_LABEL,
+    DriftError,
+    StatefulSetFacts,
+)
 from elastore.errors import ElastoreError
 from elastore.units import GIB, KIB, MIB, PIB, TIB
 
@@ -58,6 +63,8 @@ class KubeActuator:
         self.client = client
         self.apps = client.AppsV1Api(api_client)
         self.core = client.CoreV1Api(api_client)
+        #: why a decommission issued by this process failed, per (namespace, pod)
+        self._failures: dict[tuple[str, str], str] = {}
 
     # -- StatefulSets -------------------------------------------------------------------------
     def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
@@ -234,12 +241,20 @@ class KubeActuator:
             try:
                 res = self.nodetool(ns, pod, container, nodetool, "decommission",
                                     timeout_s=24 * 3600)
-                log.info("decommission of %s/%s returned %s: %s", ns, pod, res.rc,
-                         (res.stdout + res.stderr).strip()[-300:])
+                tail = (res.stdout + res.stderr).strip()[-500:]
+                log.info("decommission of %s/%s returned %s: %s", ns, pod, res.rc, tail)
+                if res.rc != 0:
+                    self._failures[(ns, pod)] = f"nodetool decommission exited {res.rc}: " \
+                                                f"{tail or '(no output)'}"
             except ElastoreError as exc:
                 log.warning("decommission of %s/%s: %s", ns, pod, exc)
+                self._failures[(ns, pod)] = str(exc)[:500]
 
+        self._failures.pop((ns, pod), None)
         threading.Thread(target=run, name=f"decommission {pod}", daemon=True).start()
+
+    def decommission_failure(self, ns: str, pod: str) -> str | None:
+        return self._failures.get((ns, pod))
 
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
@@ -266,6 +281,27 @@ class KubeActuator:
             if exc.status == 404:
                 return False
             raise ElastoreError(f"reading PVC {ns}/{name}: {exc.reason}") from exc
+
+    def mark_pvc(self, ns: str, name: str, value: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.core.patch_namespaced_persistent_volume_claim(
+                name, ns, {"metadata": {"annotations": {LEFT_RING_ANNOTATION: value}}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ElastoreError(f"annotating PVC {ns}/{name}: {exc.reason}") from exc
+
+    def pvc_marked(self, ns: str, name: str) -> bool:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            pvc: Any = self.core.read_namespaced_persistent_volume_claim(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise ElastoreError(f"reading PVC {ns}/{name}: {exc.reason}") from exc
+        return LEFT_RING_ANNOTATION in (pvc.metadata.annotations or {})
 
     def delete_pvc(self, ns: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException

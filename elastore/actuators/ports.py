@@ -14,6 +14,9 @@ from elastore.errors import ElastoreError
 
 #: the label a StatefulSet carries to let an Enforce policy act on it
 MANAGED_LABEL = "elastore.io/managed"
+#: the annotation the operator puts on a PVC when it saw that PVC's node leave the ring:
+#: the only evidence a PVC deletion trusts (the policy's status can be patched by others)
+LEFT_RING_ANNOTATION = "elastore.io/left-ring"
 
 
 class DriftError(ElastoreError):
@@ -58,11 +61,22 @@ class ClusterPort(Protocol):
                            nodetool: tuple[str, ...]) -> None:
         """Issue ``nodetool decommission`` without waiting for it."""
 
+    def decommission_failure(self, ns: str, pod: str) -> str | None:
+        """Why the last decommission issued in this pod failed (its exit code and the tail
+        of its output); None while it runs, once it succeeded, or if none was issued."""
+
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
         """Every listed node's outgoing stream throttle; the MiB/s actually set."""
 
     def pvc_exists(self, ns: str, name: str) -> bool: ...
+
+    def mark_pvc(self, ns: str, name: str, value: str) -> None:
+        """Annotate the PVC with :data:`LEFT_RING_ANNOTATION` (a PVC already gone is not an
+        error)."""
+
+    def pvc_marked(self, ns: str, name: str) -> bool:
+        """Whether the PVC exists and carries :data:`LEFT_RING_ANNOTATION`."""
 
     def delete_pvc(self, ns: str, name: str) -> None:
         """Delete a PVC (one already gone is not an error)."""

@@ -42,9 +42,15 @@ def operator_group() -> None:
 @click.option("--peering-lifetime", type=click.IntRange(1, 3600), default=60,
               show_default=True, envvar="ELASTORE_PEERING_LIFETIME", show_envvar=True,
               help="Seconds without keep-alives after which another replica takes over.")
+@click.option("--nodetool", "nodetools", multiple=True, metavar="COMMAND",
+              help="A nodetool command policies may name in spec.target.nodetool "
+                   "(repeatable; split like a shell would). Default: 'nodetool' and "
+                   "'/opt/cassandra/bin/nodetool'. A policy naming any other is refused: "
+                   "whoever may write a policy must not choose what runs in the store's "
+                   "pods.")
 def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: int,
             metrics_addr: str, liveness: str | None, standalone: bool, priority: int | None,
-            peering: str, peering_lifetime: int) -> None:
+            peering: str, peering_lifetime: int, nodetools: tuple[str, ...]) -> None:
     """Run the operator until SIGTERM/SIGINT: a control loop per ElasticPolicy, leader
     election among replicas, Events for every decision and action, metrics on /metrics.
 
@@ -53,9 +59,11 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
       elastore operator run --kubeconfig ~/.kube/config --standalone
       elastore operator run -n storage --metrics-port 9808    # in a pod: its ServiceAccount
     """
+    import shlex
+
     import kopf
 
-    from elastore.operator.runtime import OperatorOptions, Runtime
+    from elastore.operator.runtime import DEFAULT_NODETOOLS, OperatorOptions, Runtime
 
     if kubeconfig is not None:
         if not kubeconfig.is_file():
@@ -63,9 +71,12 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
         # the one standard way to name a kubeconfig: kopf's login and the kubernetes
         # client both read $KUBECONFIG
         os.environ["KUBECONFIG"] = str(kubeconfig)
+    allowed = tuple(tuple(shlex.split(c)) for c in nodetools) or DEFAULT_NODETOOLS
+    if any(not argv for argv in allowed):
+        raise ElastoreError("--nodetool needs a command, got an empty one")
     options = OperatorOptions(metrics_port=metrics_port, metrics_addr=metrics_addr,
                               peering=peering, standalone=standalone, priority=priority,
-                              peering_lifetime_s=peering_lifetime)
+                              peering_lifetime_s=peering_lifetime, nodetools=allowed)
     import elastore.operator.handlers  # noqa: F401 - registers the handlers
 
     kopf.configure(verbose=False)

@@ -105,7 +105,8 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
     rt = runtime(memo)
     client = rt.api_client()
     runner = Runner(namespace, name, PolicyApi(client), KubeActuator(client),
-                    rt.model_loader(namespace), rt.telemetry)
+                    rt.model_loader(namespace), rt.telemetry,
+                    nodetools=rt.options.nodetools)
     wake = rt.wake.setdefault((namespace, name), threading.Event())
     logger.info("control loop started for %s/%s", namespace, name)
     try:

@@ -34,8 +34,25 @@ from typing import Any, Literal
 from elastore.errors import ElastoreError
 from elastore.operator.status import iso
 
-Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict"]
+Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck"]
 REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
+#: an operation's deadline: this many times what the migration-time model expects, plus
+#: DEADLINE_MARGIN_S (pods scheduling, JVMs starting, a slow first stream)
+DEADLINE_FACTOR = 2.0
+DEADLINE_MARGIN_S = 900.0
+
+
+def expected_seconds(kind: str, replicas: int, data_bytes: float | None, mibps: float,
+                     overhead_s: float) -> float:
+    """What the migration-time model expects one node step to take: the node's overhead
+    (boot and join, or the decommission's own) plus its data at the migration rate in force
+    (a joining node receives D/(n+1); a leaving one sends its D/n, one sender)."""
+    from elastore.units import MIB
+
+    if data_bytes is None or not data_bytes > 0 or not mibps > 0:
+        return overhead_s
+    share = data_bytes / (replicas + 1) if kind == "ScaleOut" else data_bytes / replicas
+    return overhead_s + share / (mibps * MIB)
 
 @dataclass(frozen=True)
 class Facts:
@@ -47,6 +64,8 @@ class Facts:
     pod_ready: bool
     node_mode: str | None  # its node's ring mode; None if it could not be read
     pvc_exists: bool | None = None  # None: not looked at / no volume template
+    pvc_marked: bool = False  # it carries the operator's mark that its node left the ring
+    decommission_failed: str | None = None  # the issued decommission exited non-zero: why
 
 
 @dataclass(frozen=True)
@@ -62,6 +81,7 @@ class OperationState:
     message: str = ""
     decommission_issued_s: float | None = None
     pvc: str | None = None
+    deadline_s: float | None = None  # past it, the operation is Stuck
 
     def to_status(self) -> dict[str, Any]:
         return {"kind": self.kind, "fromReplicas": self.from_replicas,
@@ -69,7 +89,9 @@ class OperationState:
                 "startedAt": iso(self.started_s), "startedEpoch": round(self.started_s, 3),
                 "updatedEpoch": round(self.updated_s, 3),
                 "expectedEndEpoch": round(self.expected_end_s, 3), "message": self.message,
-                "decommissionIssuedEpoch": self.decommission_issued_s, "pvc": self.pvc}
+                "decommissionIssuedEpoch": self.decommission_issued_s, "pvc": self.pvc,
+                "deadlineEpoch": None if self.deadline_s is None else round(self.deadline_s, 3),
+                "deadline": None if self.deadline_s is None else iso(self.deadline_s)}
 
     @classmethod
     def from_status(cls, d: Any) -> OperationState | None:
@@ -84,7 +106,9 @@ class OperationState:
                        message=str(d.get("message", "")),
                        decommission_issued_s=(None if d.get("decommissionIssuedEpoch") is None
                                               else float(d["decommissionIssuedEpoch"])),
-                       pvc=d.get("pvc"))
+                       pvc=d.get("pvc"),
+                       deadline_s=(None if d.get("deadlineEpoch") is None
+                                   else float(d["deadlineEpoch"])))
         except (KeyError, TypeError, ValueError) as exc:
             raise ElastoreError(f"unreadable operation in the status: {exc!r}: {d!r}") from exc
 
@@ -99,7 +123,8 @@ def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: f
     pod = f"{sts}-{ordinal}"
     return OperationState(kind, current, to, pod, phase, now_s, now_s, now_s + expected_s,
                           message="started",
-                          pvc=f"{pvc_template}-{pod}" if pvc_template else None)
+                          pvc=f"{pvc_template}-{pod}" if pvc_template else None,
+                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S)
 
 
 def expected_pod(kind: str, sts: str, from_replicas: int) -> str:
@@ -143,6 +168,8 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
     def at(phase: str, message: str, **kw: Any) -> OperationState:
         return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
 
+    if op.phase == "Stuck":  # a human decides (elastore.io/abort, or the status)
+        return op, "none", False
     allowed = allowed_replicas(op)
     if facts.spec_replicas not in allowed:
         want = " or ".join(map(str, allowed))
@@ -151,6 +178,14 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
                             f"{op.phase} expects {want}; touching nothing until it is back "
                             "or the operation is aborted"), "conflict", False
 
+    if op.kind == "ScaleIn" and op.phase == "Decommissioning" and facts.decommission_failed \
+            and facts.node_mode == "NORMAL":
+        return at("Stuck", f"the decommission of {op.pod} failed: "
+                           f"{facts.decommission_failed}; not re-issued"), "stuck", False
+    if op.deadline_s is not None and now_s > op.deadline_s:
+        return at("Stuck", f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its "
+                           f"deadline {iso(op.deadline_s)} in phase {op.phase} "
+                           f"({op.message}); no further step"), "stuck", False
     if op.kind == "ScaleOut":
         if op.phase == "Scaling":
             if facts.spec_replicas < op.to_replicas:
@@ -191,7 +226,10 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
             return at("Cleanup", f"{op.pod} is gone"), "none", False
         if op.phase == "Cleanup":
             if pvc_policy == "Delete" and op.pvc and facts.pvc_exists:
-                return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
+                if facts.pvc_marked:
+                    return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
+                return at("Done", f"{op.pod} removed; PVC {op.pvc} retained: it carries no "
+                                  "mark that its node left the ring"), "none", True
             kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
             return at("Done", f"{op.pod} removed{kept}"), "none", True
     raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")

@@ -37,14 +37,18 @@ from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import control, operation
 from elastore.operator.metrics import MetricsSource, PrometheusSource, Snapshot
+from elastore.operator.runtime import DEFAULT_NODETOOLS
 from elastore.operator.spec import PolicySpec, SpecError, parse
 from elastore.operator.status import PolicyStore, condition, iso, set_condition
 from elastore.operator.telemetry import OperatorMetrics
+from elastore.planner.types import Operation
 from elastore.units import bytes_to_gib
 
 log = logging.getLogger("elastore.operator")
 
 POLL_S = 5.0  # while an operation runs
+#: an annotation on a policy: stop the operation in progress safely and start no other
+ABORT_ANNOTATION = "elastore.io/abort"
 RETRY_S = 30.0  # after a failed observation, at most this long until the next try
 
 Conditions = list[dict[str, Any]]
@@ -72,6 +76,7 @@ class _Tick:
     memory: control.Memory = field(default_factory=control.Memory)
     evidence: bool = False  # the last observation succeeded
     blocked: tuple[str, str] | None = None  # (reason, message): Enforce may not touch it
+    operation: operation.OperationState | None = None  # the one in progress, if any
 
     @property
     def last_decision(self) -> dict[str, Any]:
@@ -95,6 +100,8 @@ class Runner:
     telemetry: OperatorMetrics | None = None
     clock: Callable[[], float] = time.time
     source: Callable[[PolicySpec], MetricsSource] = prometheus_source
+    #: the nodetool commands this operator may run (``elastore operator run --nodetool``)
+    nodetools: tuple[tuple[str, ...], ...] = DEFAULT_NODETOOLS
 
     # ------------------------------------------------------------------------------------------
     def tick(self) -> float:
@@ -143,12 +150,15 @@ class Runner:
         degraded = self._read(t)
         if degraded is not None:
             return degraded
-        if self._continue_operation(t):
-            return POLL_S, None
+        running = self._continue_operation(t)
+        # the forecast and the status keep updating while an operation runs: the plan
+        # starts from the operation's outcome and waits for it
         degraded = self._control_period(t)
         if degraded is not None:
-            return degraded
+            return (POLL_S, degraded[1]) if running else degraded
         t.cond("Degraded", False, "Healthy", "metrics and target found")
+        if running:
+            return POLL_S, None
         if self._start_step(t):
             return POLL_S, None
         return self._next_wait(t), None
@@ -159,6 +169,12 @@ class Runner:
             t.spec = parse(t.body.get("spec"))
         except SpecError as exc:
             return 60.0, ("InvalidSpec", str(exc))
+        if t.spec.enforce and tuple(t.spec.target.nodetool) not in self.nodetools:
+            allowed = "; ".join(" ".join(c) for c in self.nodetools)
+            return 60.0, ("NodetoolNotAllowed", f"spec.target.nodetool "
+                          f"{list(t.spec.target.nodetool)} is not one of the commands this "
+                          f"operator runs ({allowed}; `elastore operator run --nodetool`, "
+                          "the chart's nodetool.allowed): nothing is done")
         t.sts = self.kube.statefulset(self.namespace, t.spec.target.name)
         if t.sts is None:
             msg = f"StatefulSet {self.namespace}/{t.spec.target.name} not found"
@@ -211,6 +227,11 @@ class Runner:
         if op is None:
             return False
         assert t.spec is not None and t.sts is not None
+        t.operation = op
+        why = self._aborting(t)
+        if why is not None:
+            self._abort(t, op, why)
+            return False
         if t.blocked is None:
             try:
                 operation.check_identity(op, t.spec.target.name, t.sts.pvc_template)
@@ -222,12 +243,44 @@ class Runner:
             t.cond(_scaling(op.kind), True, "Blocked",
                    f"{op.kind} {op.from_replicas} -> {op.to_replicas} held: {t.blocked[1]}")
             return True
-        _, done = self._advance(t, op)
+        new, done = self._advance(t, op)
+        t.operation = None if done else new
         if not done:
             return True
         sts = self.kube.statefulset(self.namespace, t.spec.target.name)
         self._current(t, sts or t.sts)
         return False
+
+    def _aborting(self, t: _Tick) -> str | None:
+        """Why no operation may go on: mode Recommend, or the abort annotation."""
+        assert t.spec is not None
+        if ABORT_ANNOTATION in ((t.body.get("metadata") or {}).get("annotations") or {}):
+            return f"the policy carries the {ABORT_ANNOTATION} annotation"
+        if not t.spec.enforce:
+            return f"the policy is in mode {t.spec.mode}"
+        return None
+
+    def _abort(self, t: _Tick, op: operation.OperationState, why: str) -> None:
+        """Stop following an operation, safely: nothing more is issued. A node that is
+        joining finishes by itself; a decommission is never re-issued (a node already
+        LEAVING finishes leaving in Cassandra, and its pod stays)."""
+        if op.kind == "ScaleOut":
+            left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
+                    f"{op.pod} finishes joining by itself")
+        elif op.phase in ("Decommissioning", "Stuck") and op.decommission_issued_s is None:
+            left = f"{op.pod} was never decommissioned"
+        elif op.phase in ("Decommissioning", "Stuck"):
+            left = (f"the decommission of {op.pod} is not re-issued; if its node is LEAVING "
+                    "Cassandra finishes it, and its pod stays until you lower the replicas")
+        else:
+            left = f"{op.pod} had left the ring; lower the replicas to {op.to_replicas} by hand"
+        msg = f"{op.kind} {op.from_replicas} -> {op.to_replicas} ({op.phase}) stopped: {why}; " \
+              f"{left}"
+        self.policies.event(t.body, "OperationAborted", msg, warning=True)
+        t.cond(_scaling(op.kind), False, "Aborted", msg)
+        t.out["operation"] = None
+        t.status = {**t.status, "operation": None}
+        self.policies.patch_status(self.namespace, self.name, {"operation": None})
 
     # -- 3. a control period -------------------------------------------------------------------
     def _control_period(self, t: _Tick) -> tuple[float, tuple[str, str]] | None:
@@ -247,7 +300,8 @@ class Runner:
             return None
         t0 = time.monotonic()
         try:
-            decision, snap = self._decide(spec, sts.spec_replicas, t.memory, t.now)
+            decision, snap = self._decide(spec, sts.spec_replicas, t.memory, t.now,
+                                          t.operation)
         except (MetricsError, ElastoreError) as exc:
             return self._no_decision(t, exc)
         t.memory = decision.memory
@@ -278,7 +332,8 @@ class Runner:
             self.policies.event(t.body, reason, f"no decision: {exc}", warning=True)
         return min(t.spec.control_period_s, RETRY_S), (reason, str(exc))
 
-    def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float
+    def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float,
+                op: operation.OperationState | None = None
                 ) -> tuple[control.Decision, Snapshot]:
         source = self.source(spec)
         snap = source.snapshot(now, control.history_steps(spec.prediction_method,
@@ -287,7 +342,9 @@ class Runner:
         interference = 0.0
         if spec.interference:
             interference = min(1.0, source.scalar("interference", now))
-        return control.decide(spec, snap, replicas, self.models(spec), memory,
+        running = None if op is None else Operation(op.from_replicas, op.to_replicas,
+                                                    op.started_s, max(op.expected_end_s, now))
+        return control.decide(spec, snap, replicas, self.models(spec), memory, running,
                               interference=interference), snap
 
     def _decision_status(self, d: control.Decision, snap: Snapshot, gen: int
@@ -368,6 +425,8 @@ class Runner:
             t.cond(ctype, False, "NoEvidence", "the last observation failed: no action")
         elif t.blocked is not None:
             t.cond(ctype, False, t.blocked[0], t.blocked[1])
+        elif (why := self._aborting(t)) is not None:
+            t.cond(ctype, False, "Aborted", f"no step starts: {why}")
         elif (refused := self._refuse(spec, sts, kind, t.status)) is not None:
             t.cond(ctype, False, "Refused", refused)
             self.policies.event(t.body, f"{kind}Refused", refused, warning=True)
@@ -380,7 +439,13 @@ class Runner:
     def _begin(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"]) -> None:
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
-        new = operation.start(kind, spec.target.name, sts.spec_replicas, t.now, 0.0,
+        data = (t.status.get("observed") or {}).get("dataBytes")
+        rate = t.out.get("migrationMiBps", t.status.get("migrationMiBps"))
+        expected = operation.expected_seconds(
+            kind, sts.spec_replicas, None if data is None else float(data),
+            float(rate) if rate is not None else spec.min_migration_mibps,
+            spec.node_overhead_s)
+        new = operation.start(kind, spec.target.name, sts.spec_replicas, t.now, expected,
                               sts.pvc_template)
         t.cond(_scaling(kind), True, f"{kind}Started",
                f"{sts.spec_replicas} -> {new.to_replicas}: {new.pod}")
@@ -439,9 +504,15 @@ class Runner:
         exists, ready = self.kube.pod(self.namespace, op.pod)
         mode = self.kube.node_mode(self.namespace, op.pod, spec.target.container,
                                    spec.target.nodetool) if exists else None
-        pvc = self.kube.pvc_exists(self.namespace, op.pvc) if op.pvc and op.phase == \
-            "Cleanup" else None
-        facts = operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc)
+        cleanup = bool(op.pvc) and op.phase == "Cleanup"
+        pvc = self.kube.pvc_exists(self.namespace, op.pvc) if cleanup and op.pvc else None
+        marked = bool(pvc) and op.pvc is not None and self.kube.pvc_marked(self.namespace,
+                                                                           op.pvc)
+        failed = self.kube.decommission_failure(self.namespace, op.pod) if \
+            op.kind == "ScaleIn" and op.phase == "Decommissioning" and \
+            op.decommission_issued_s is not None else None
+        facts = operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
+                                marked, failed)
         try:
             new, effect, done = operation.advance(op, facts, t.now, spec.pvc_policy)
         except ElastoreError as exc:
@@ -449,6 +520,14 @@ class Runner:
             self.policies.event(t.body, "OperationStuck", str(exc), warning=True)
             t.out["operation"] = op.to_status()
             return op, False
+        if effect == "stuck" or new.phase == "Stuck":
+            if effect == "stuck":
+                self.policies.event(t.body, "OperationStuck", new.message, warning=True)
+                self.policies.patch_status(self.namespace, self.name,
+                                           {"operation": new.to_status()})
+            t.cond(_scaling(op.kind), True, "Stuck", new.message)
+            t.out["operation"] = new.to_status()
+            return new, False
         if effect == "conflict":
             t.blocked = ("Drift", new.message)
             self._conflict(t)
@@ -461,6 +540,9 @@ class Runner:
         # the state first, then the effect: a restart in between repeats nothing harmful
         self.policies.patch_status(self.namespace, self.name,
                                    {"operation": None if done else new.to_status()})
+        if op.phase == "Decommissioning" and new.phase == "Scaling" and new.pvc:
+            # the evidence a later PVC deletion trusts: seen leaving the ring, by this loop
+            self.kube.mark_pvc(self.namespace, new.pvc, f"{self.name}@{iso(t.now)}")
         if effect == "scale":
             try:
                 self.kube.scale(self.namespace, spec.target.name, new.to_replicas,

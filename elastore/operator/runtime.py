@@ -24,9 +24,16 @@ from elastore.resources import builtin_model
 ModelKey = tuple[str, str, str, str]  # namespace, ConfigMap, key, resourceVersion
 
 
+#: what `elastore operator run` allows without ``--nodetool``: the images' usual paths
+DEFAULT_NODETOOLS: tuple[tuple[str, ...], ...] = (("nodetool",), ("/opt/cassandra/bin/nodetool",))
+
+
 @dataclass(frozen=True)
 class OperatorOptions:
     metrics_port: int = 9808  # 0: no /metrics
+    #: the nodetool commands a policy may name (``spec.target.nodetool``), as argv: the
+    #: operator's installer chooses them, a policy's author only picks one
+    nodetools: tuple[tuple[str, ...], ...] = DEFAULT_NODETOOLS
     metrics_addr: str = "0.0.0.0"
     peering: str = "elastore"  # the ClusterKopfPeering the replicas share
     standalone: bool = False  # no leader election (one replica only)

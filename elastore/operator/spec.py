@@ -25,6 +25,8 @@ KIND = "ElasticPolicy"
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(ms|s|m|h))+$")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_ARG = re.compile(r"^[A-Za-z0-9_./+-]{1,256}$")  # the CRD's pattern for a nodetool word
+_CONTAINER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 #: PromQL for Cassandra's JMX exporter (the metric names the lab and cass-operator's
 #: metrics agent expose). ``{selector}`` is replaced by ``spec.metrics.prometheus.selector``.
@@ -163,14 +165,18 @@ def parse(spec: Any) -> PolicySpec:
     rf = int(_num(t.get("replicationFactor"), "spec.target.replicationFactor", 1, 7,
                   integer=True))
     nodetool = t.get("nodetool", ["nodetool"])
-    if not isinstance(nodetool, list) or not nodetool or not all(
-            isinstance(x, str) and x for x in nodetool):
-        raise SpecError("must be a non-empty list of strings", "spec.target.nodetool")
+    if not isinstance(nodetool, list) or not 1 <= len(nodetool) <= 4 or not all(
+            isinstance(x, str) and _ARG.match(x) for x in nodetool):
+        raise SpecError("must be 1 to 4 words of letters, digits and _ . / + - (a command, "
+                        "not a shell line)", "spec.target.nodetool")
+    container = t.get("container", "cassandra")
+    if not isinstance(container, str) or not _CONTAINER.match(container):
+        raise SpecError(f"not a container name: {container!r}", "spec.target.container")
     target = Target(
         name=name, replication_factor=rf,
         kind=_enum(t.get("kind", "StatefulSet"), ("StatefulSet",), "spec.target.kind"),
         store=_enum(t.get("store", "cassandra"), ("cassandra", "swift"), "spec.target.store"),
-        container=str(t.get("container", "cassandra")), nodetool=tuple(nodetool))
+        container=container, nodetool=tuple(nodetool))
     r = spec.get("replicas")
     if not isinstance(r, dict):
         raise SpecError("is required", "spec.replicas")

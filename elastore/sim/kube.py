@@ -51,6 +51,9 @@ class SimulatedKube:
         self.managed = True  # the simulated target opts in to Enforce
         self.owner: str | None = None
         self.others: list[str] = []  # other scalers of it ("Kind/name"), for tests
+        self.marked: set[str] = set()  # PVCs annotated as their node having left the ring
+        self.refuse_decommission: str | None = None  # tests: the store refuses, saying this
+        self.failures: dict[str, str] = {}
         self.stream_mibps = stream_mibps  # every node's stream throttle
         self.decommissioned: set[int] = set()  # nodes that left the ring; their pod remains
         self.pvcs = {self._pvc(k) for k in range(self.spec_replicas)} - {None}
@@ -159,6 +162,10 @@ class SimulatedKube:
         self._sync()
         k = self._ordinal(ns, pod)
         self.calls.append((self.now_s, f"decommission {pod}"))
+        self.failures.pop(pod, None)
+        if self.refuse_decommission is not None:
+            self.failures[pod] = f"nodetool decommission exited 1: {self.refuse_decommission}"
+            return
         c = self.cluster
         if k is None or k != c.serving - 1 or (c.op is not None and c.op.kind == "add"):
             self.violations.append(f"{self.now_s:.0f} s: decommission of {pod} refused "
@@ -177,9 +184,21 @@ class SimulatedKube:
     def pvc_exists(self, ns: str, name: str) -> bool:
         return ns == self.namespace and name in self.pvcs
 
+    def decommission_failure(self, ns: str, pod: str) -> str | None:
+        return self.failures.get(pod) if ns == self.namespace else None
+
+    def mark_pvc(self, ns: str, name: str, value: str) -> None:
+        self.calls.append((self.now_s, f"mark pvc {name}"))
+        if ns == self.namespace and name in self.pvcs:
+            self.marked.add(name)
+
+    def pvc_marked(self, ns: str, name: str) -> bool:
+        return ns == self.namespace and name in self.pvcs and name in self.marked
+
     def delete_pvc(self, ns: str, name: str) -> None:
         self.calls.append((self.now_s, f"delete pvc {name}"))
         self.pvcs.discard(name)
+        self.marked.discard(name)  # its annotations go with it
 
 
 @dataclass
