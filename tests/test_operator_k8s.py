@@ -75,7 +75,8 @@ def fast_policy(ns: str, url: str, **spec: Any) -> str:
 
 
 def namespace(cp: ControlPlane, name: str, replicas: int = 3, **sts: Any) -> str:
-    cp.kubectl("create", "namespace", name)
+    if cp.kubectl("get", "namespace", name, check=False).returncode != 0:
+        cp.kubectl("create", "namespace", name)
     cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas, **sts))
     wait_until(f"{replicas} pods in {name}", lambda: get(cp, "statefulset", "cass", name)
                .get("status", {}).get("readyReplicas") == replicas, 60)
@@ -336,14 +337,74 @@ def test_the_chart_installs_and_its_rbac_is_enough(cp: ControlPlane, prom: Prome
 
 
 # ------------------------------------------------------------------------------------------
+NAMESPACED = (DRIFT_NS, "tamper")  # served by a namespaced install of the chart
+
+
+@pytest.fixture(scope="module")
+def namespaced(cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The chart installed with watchNamespaces: Roles in those namespaces only. Returns a
+    kubeconfig of its ServiceAccount, which the Enforce tests below run the operator with:
+    every permission Enforce uses is exercised, and (rbac test) nothing else is granted."""
+    from testbed.k8s import ensure_helm, kubeconfig
+
+    for ns in NAMESPACED:
+        cp.kubectl("create", "namespace", ns)
+    helm = ensure_helm(print)
+    res = subprocess.run([str(helm), "install", "elastore-ns",
+                          str(Path(__file__).resolve().parent.parent / "charts" / "elastore"),
+                          "--namespace", "elastore-ns", "--create-namespace",
+                          "--kubeconfig", str(cp.kubeconfig), "--set", "replicas=0",
+                          "--set", "peering.name=elastore-ns",
+                          "--set", "watchNamespaces={" + ",".join(NAMESPACED) + "}"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr
+    token = cp.kubectl("create", "token", "elastore-ns", "-n", "elastore-ns").stdout.strip()
+    return kubeconfig(cp.server, cp.root / "pki", tmp_path_factory.mktemp("sa") / "kc",
+                      token=token, user="elastore-ns")
+
+
+def namespaced_operator(kc: Path, log: Path) -> OperatorProcess:
+    args: list[str] = ["--peering", "elastore-ns"]
+    for ns in NAMESPACED:
+        args += ["--namespace", ns]
+    return OperatorProcess(kc, log, args=tuple(args))
+
+
+def test_rbac_a_namespaced_install_grants_only_those_namespaces(
+        cp: ControlPlane, namespaced: Path) -> None:
+    sa = "system:serviceaccount:elastore-ns:elastore-ns"
+
+    def can_i(verb: str, res: str, where: list[str]) -> str:
+        kind, _, sub = res.partition("/")
+        return str(cp.kubectl("auth", "can-i", verb, kind,
+                              *([f"--subresource={sub}"] if sub else []), *where, "--as", sa,
+                              check=False).stdout.strip())
+
+    used = [("patch", "statefulsets/scale"), ("create", "pods/exec"),
+            ("patch", "elasticpolicies/status"), ("list", "horizontalpodautoscalers"),
+            ("patch", "persistentvolumeclaims"), ("create", "events")]
+    for verb, res in used:
+        assert can_i(verb, res, ["-n", DRIFT_NS]) == "yes", (verb, res)
+        assert can_i(verb, res, ["-n", "default"]) == "no", (verb, res)
+        assert can_i(verb, res, ["-A"]) == "no", (verb, res)
+    for verb, res in [("delete", "statefulsets"), ("create", "pods"), ("get", "secrets"),
+                      ("patch", "horizontalpodautoscalers"), ("delete", "namespaces")]:
+        assert can_i(verb, res, ["-n", DRIFT_NS]) == "no", (verb, res)
+    assert can_i("patch", "clusterkopfpeerings", []) == "yes"
+    roles = json.loads(cp.kubectl("get", "roles,rolebindings", "-A", "-o", "json").stdout)
+    where = sorted({(r["kind"], r["metadata"]["namespace"]) for r in roles["items"]
+                    if r["metadata"]["name"] == "elastore-ns"})
+    assert where == sorted((k, ns) for k in ("Role", "RoleBinding") for ns in NAMESPACED)
+
+
 def enforce_policy(ns: str, url: str, name: str = "orders", **spec: Any) -> str:
-    return policy(name, ns, "cass", mode="Enforce", controlPeriod="10s",
-                  replicas={"min": 3, "max": 8},
-                  prediction={"method": "persistence", "horizon": "10s", "step": "2s"},
-                  migration={"nodeOverheadSeconds": 5},
-                  scaleDown={"stabilizationSeconds": 0},
-                  nodetool=[sys.executable, str(NODETOOL_STANDIN)],
-                  metrics={"prometheus": {"url": url}}, **spec)
+    fields: dict[str, Any] = {
+        "mode": "Enforce", "controlPeriod": "10s", "replicas": {"min": 3, "max": 8},
+        "prediction": {"method": "persistence", "horizon": "10s", "step": "2s"},
+        "migration": {"nodeOverheadSeconds": 5}, "scaleDown": {"stabilizationSeconds": 0},
+        "metrics": {"prometheus": {"url": url}}}
+    return policy(name, ns, "cass", nodetool=[sys.executable, str(NODETOOL_STANDIN)],
+                  **{**fields, **spec})
 
 
 def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom: Prometheus,
@@ -405,6 +466,7 @@ def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom:
 def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
                                                         metrics: CassandraMetrics,
                                                         prom: Prometheus, standin: Path,
+                                                        namespaced: Path,
                                                         tmp_path: Path) -> None:
     """A ScaleIn 6 -> 5 (800 req/s needs 5) is decommissioning cass-5, held LEAVING by the
     stand-in, when someone scales the StatefulSet to 8. The node then leaves the ring: the
@@ -415,7 +477,7 @@ def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
     (standin / ns).mkdir(parents=True, exist_ok=True)
     hold = standin / ns / "hold-5"
     hold.write_text("held by the test")
-    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    op = namespaced_operator(namespaced, tmp_path / "op.log")  # the chart's own account
     try:
         cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
         calls = standin / ns / "calls.log"
@@ -446,12 +508,13 @@ def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
         assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 5
         lines = calls.read_text().splitlines()
         assert [c.split()[1] for c in lines if c.split()[2:3] == ["decommission"]] == ["5"]
+        assert "Forbidden" not in op.tail(20000), op.tail()
     finally:
         op.stop()
 
 
 def test_tamper_an_operation_patched_into_the_status_deletes_nothing(
-        cp: ControlPlane, prom: Prometheus, tmp_path: Path) -> None:
+        cp: ControlPlane, prom: Prometheus, namespaced: Path, tmp_path: Path) -> None:
     """Whoever may patch a policy's status writes an operation that would delete the PVC
     of cass-0 (a node that never left the ring), with scaleDown.pvcPolicy Delete. The
     operation's pod and PVC do not follow from its kind and the target: it is refused
@@ -462,7 +525,7 @@ def test_tamper_an_operation_patched_into_the_status_deletes_nothing(
         "metadata": {"name": "data-cass-0", "namespace": ns},
         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "none",
                  "resources": {"requests": {"storage": "1Gi"}}}}))
-    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    op = namespaced_operator(namespaced, tmp_path / "op.log")
     try:
         cp.kubectl("apply", "-f", "-", stdin=enforce_policy(
             ns, prom.url, replicas={"min": 3, "max": 3},
@@ -484,5 +547,6 @@ def test_tamper_an_operation_patched_into_the_status_deletes_nothing(
             "deletionTimestamp") is None
         assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 3
         assert any(e["reason"] == "StatusRejected" for e in events(cp, ns, "orders"))
+        assert "Forbidden" not in op.tail(20000), op.tail()
     finally:
         op.stop()
