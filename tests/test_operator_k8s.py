@@ -550,3 +550,43 @@ def test_tamper_an_operation_patched_into_the_status_deletes_nothing(
         assert "Forbidden" not in op.tail(20000), op.tail()
     finally:
         op.stop()
+
+
+def test_deleting_a_policy_after_the_operator_is_gone_does_not_hang(
+        cp: ControlPlane, prom: Prometheus, tmp_path: Path) -> None:
+    """kopf puts its finalizer on every policy with a daemon and leaves it there when the
+    operator stops. An operator that stops (SIGTERM: an uninstall, a rollout) now takes it
+    off; one killed outright leaves it, and the documented way out (remove the finalizer
+    by hand) lets the deletion finish."""
+    ns = namespace(cp, "uninstall")
+
+    def finalizers() -> list[str]:
+        return list(get(cp, "elasticpolicy", "orders", ns)["metadata"].get("finalizers") or [])
+
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    try:
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url))
+        wait_until("the operator's finalizer and a decision", lambda: "elastore.io/daemon" in
+                   finalizers() and status(cp, "orders", ns).get("forecast"), 90)
+    finally:
+        op.stop()
+    assert finalizers() == [], op.tail()
+    res = cp.kubectl("delete", "elasticpolicy", "orders", "-n", ns, "--timeout=30s",
+                     check=False)
+    assert res.returncode == 0, res.stderr
+    # killed without a chance to clean up: the finalizer stays, the deletion waits ...
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op2.log")
+    try:
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url))
+        wait_until("the finalizer again", lambda: "elastore.io/daemon" in finalizers(), 90)
+    finally:
+        op.stop(signal.SIGKILL)
+    cp.kubectl("delete", "elasticpolicy", "orders", "-n", ns, "--wait=false")
+    import time
+    time.sleep(3)
+    assert get(cp, "elasticpolicy", "orders", ns)["metadata"].get("deletionTimestamp")
+    # ... until the documented way out
+    cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns, "--type=json", "-p",
+               '[{"op": "remove", "path": "/metadata/finalizers"}]')
+    wait_until("the policy to be gone", lambda: cp.kubectl(
+        "get", "elasticpolicy", "orders", "-n", ns, check=False).returncode != 0, 30)

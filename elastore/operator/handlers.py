@@ -34,6 +34,7 @@ from elastore.operator.runtime import Runtime
 from elastore.operator.spec import GROUP, PLURAL, VERSION
 
 MAX_SLEEP_S = 300.0
+FINALIZER = "elastore.io/daemon"  # kopf's, on every served policy (it has a daemon)
 RETRY_S = 30.0  # a failed tick: the daemon is restarted after this long
 
 
@@ -60,7 +61,7 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: kopf.Logger,
         random.randint(1, 2**31 - 1)
     settings.peering.lifetime = opts.peering_lifetime_s
     settings.posting.level = logging.WARNING  # kopf's own events: problems only
-    settings.persistence.finalizer = "elastore.io/daemon"
+    settings.persistence.finalizer = FINALIZER
     if opts.metrics_port > 0:
         rt.telemetry.serve(opts.metrics_port, opts.metrics_addr)
     logger.info("elastore operator: peering %s (priority %d, lifetime %d s), metrics on %s",
@@ -108,6 +109,7 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
                     rt.model_loader(namespace), rt.telemetry,
                     nodetools=rt.options.nodetools)
     wake = rt.wake.setdefault((namespace, name), threading.Event())
+    rt.served.add((namespace, name))
     logger.info("control loop started for %s/%s", namespace, name)
     try:
         while not stopped:
@@ -130,4 +132,27 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
 def forget(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
-    runtime(memo).telemetry.forget(namespace or "", name)
+    rt = runtime(memo)
+    rt.telemetry.forget(namespace or "", name)
+    rt.served.discard((namespace or "", name))
+
+
+@kopf.on.cleanup()
+def release_finalizers(memo: Any, logger: kopf.Logger, **_: Any) -> None:
+    """On exit, take this operator's finalizer off the policies it served. kopf puts it on
+    every object with a daemon (so the daemon stops before the object goes) and leaves it
+    there when the operator stops (nolar/kopf#1074, discussion #942): a policy deleted after
+    an uninstall would then hang for ever. The next operator to serve a policy puts it back.
+    An operator killed without a chance to run this (SIGKILL) leaves it: see the docs'
+    "Deleting and uninstalling" for the way out."""
+    from elastore.operator.status import release_finalizer
+
+    rt = runtime(memo)
+    for ns, name in sorted(rt.served):
+        try:
+            released = release_finalizer(rt.api_client(), ns, name, FINALIZER)
+        except ElastoreError as exc:
+            logger.warning("releasing the finalizer of %s/%s: %s", ns, name, exc)
+            continue
+        if released:
+            logger.info("released the finalizer of %s/%s", ns, name)

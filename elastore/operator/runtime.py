@@ -46,6 +46,8 @@ class Runtime:
     options: OperatorOptions = field(default_factory=OperatorOptions)
     telemetry: OperatorMetrics = field(default_factory=OperatorMetrics)
     wake: dict[tuple[str, str], threading.Event] = field(default_factory=dict)
+    #: every policy this process ran a loop for: their finalizers are released on exit
+    served: set[tuple[str, str]] = field(default_factory=set)
     _client: Any = None
     _models: dict[ModelKey, ModelSet] = field(default_factory=dict)
     _slo_models: dict[tuple[ModelKey, str], ModelSet] = field(default_factory=dict)

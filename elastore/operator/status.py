@@ -126,3 +126,26 @@ class PolicyApi:
         except ApiException as exc:
             log.warning("posting event %s on %s/%s: %s", reason, meta["namespace"],
                         meta["name"], exc.reason)
+
+
+def release_finalizer(api_client: Any, ns: str, name: str, finalizer: str) -> bool:
+    """Remove ``finalizer`` from the policy (compare-and-set on its resourceVersion, so a
+    concurrent change is never overwritten); False if it was not there or the policy is
+    gone."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    api = client.CustomObjectsApi(api_client)
+    try:
+        body: Any = api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        meta = body["metadata"]
+        if finalizer not in (meta.get("finalizers") or []):
+            return False
+        keep = [f for f in meta["finalizers"] if f != finalizer]
+        api.patch_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name, {
+            "metadata": {"finalizers": keep, "resourceVersion": meta["resourceVersion"]}})
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise ElastoreError(f"ElasticPolicy {ns}/{name}: {exc.reason}") from exc
+    return True
