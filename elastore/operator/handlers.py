@@ -34,6 +34,7 @@ from elastore.operator.runtime import Runtime
 from elastore.operator.spec import GROUP, PLURAL, VERSION
 
 MAX_SLEEP_S = 300.0
+MAX_POLICIES = 512  # policies one operator serves at once (one worker thread each)
 FINALIZER = "elastore.io/daemon"  # kopf's, on every served policy (it has a daemon)
 RETRY_S = 30.0  # a failed tick: the daemon is restarted after this long
 
@@ -62,6 +63,10 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: kopf.Logger,
     settings.peering.lifetime = opts.peering_lifetime_s
     settings.posting.level = logging.WARNING  # kopf's own events: problems only
     settings.persistence.finalizer = FINALIZER
+    # every policy's loop is a sync daemon holding one worker thread of kopf's executor for
+    # its whole life; the default pool (cpus + 4) starved the 7th policy on 2 cores: its
+    # loop and every sync handler waited until another loop ended
+    settings.execution.max_workers = MAX_POLICIES + 16
     if opts.metrics_port > 0:
         rt.telemetry.serve(opts.metrics_port, opts.metrics_addr)
     logger.info("elastore operator: peering %s (priority %d, lifetime %d s), metrics on %s",
