@@ -118,51 +118,130 @@ class CassandraMetrics:
     """An HTTP exporter of the metric names Cassandra's JMX exporter publishes (client
     requests, storage load, streaming), with counters that advance at the rate the test
     sets. For the tests that exercise the operator without a Cassandra cluster; the
-    operator reads them through a real Prometheus with its real queries."""
+    operator reads them through a real Prometheus with its real queries.
+
+    The series carry the ``namespace`` and ``pod`` labels Prometheus's Kubernetes discovery
+    would give them, for every StatefulSet :meth:`follow` finds on the API server (or the
+    ``clusters`` given): ``rps`` and ``data_bytes`` are each cluster's total, spread over
+    its ready pods. Series exist for ``SPARE`` more pods than the StatefulSet has (their
+    counters flat), so a pod that scales out is not a series in its first minute (the
+    default queries' rate window would underestimate it); a partial scrape is the business
+    of :class:`NodeExporters`."""
+
+    SPARE = 4
 
     def __init__(self, rps: float = 0.0, read_ratio: float = 0.95,
-                 data_bytes: float = 3 * GIB) -> None:
+                 data_bytes: float = 3 * GIB,
+                 clusters: dict[tuple[str, str], tuple[int, int]] | None = None) -> None:
         from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
         # the JMX exporter publishes Cassandra's counters as plain samples named *_count
-        self.rps, self.read_ratio = rps, read_ratio
+        self.rps, self.read_ratio, self.data_bytes = rps, read_ratio, data_bytes
+        #: (namespace, StatefulSet) -> (replicas, ready replicas)
+        self.clusters: dict[tuple[str, str], tuple[int, int]] = dict(clusters or {})
+        labels = ["namespace", "pod"]
         self.reg = CollectorRegistry()
         self.req = Gauge("org_apache_cassandra_metrics_clientrequest_count",
-                         "client requests", ["name", "scope"], registry=self.reg)
+                         "client requests", ["name", "scope", *labels], registry=self.reg)
         self.load = Gauge("org_apache_cassandra_metrics_storage_count", "bytes",
-                          ["name"], registry=self.reg)
-        self.stream = Gauge("org_apache_cassandra_metrics_streaming_count", "bytes", ["name"],
-                            registry=self.reg)
-        self.load.labels("Load").set(data_bytes)
-        self.stream.labels("TotalOutgoingBytes").set(0)
-        self.req.labels("Latency", "Read").set(0)
-        self.req.labels("Latency", "Write").set(0)
+                          ["name", *labels], registry=self.reg)
+        self.stream = Gauge("org_apache_cassandra_metrics_streaming_count", "bytes",
+                            ["name", *labels], registry=self.reg)
         self.port = free_port()
-        start_http_server(self.port, addr="127.0.0.1", registry=self.reg)
+        self._server, _ = start_http_server(self.port, addr="127.0.0.1", registry=self.reg)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._export(0.0)
         threading.Thread(target=self._run, daemon=True).start()
 
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def follow(self, cp: ControlPlane, every_s: float = 1.0) -> None:
+        """Publish series for every StatefulSet on ``cp``, as Prometheus would discover."""
+        def poll() -> None:
+            while not self._stop.wait(every_s):
+                res = cp.kubectl("get", "statefulsets", "-A", "-o", "json", check=False)
+                if res.returncode != 0:
+                    continue
+                found = {}
+                for sts in json.loads(res.stdout).get("items", []):
+                    md, st = sts["metadata"], sts.get("status") or {}
+                    found[(md["namespace"], md["name"])] = (
+                        int(sts["spec"].get("replicas") or 0), int(st.get("readyReplicas") or 0))
+                with self._lock:
+                    self.clusters = found
+
+        threading.Thread(target=poll, daemon=True).start()
+
+    def _export(self, dt: float) -> None:
+        with self._lock:
+            clusters = dict(self.clusters)
+        for (ns, sts), (replicas, ready) in clusters.items():
+            serving = max(1, ready)
+            n = self.rps * dt / serving
+            for k in range(replicas + self.SPARE):
+                pod = f"{sts}-{k}"
+                share = 1.0 if k < serving else 0.0
+                self.load.labels("Load", ns, pod).set(self.data_bytes * share / serving)
+                self.stream.labels("TotalOutgoingBytes", ns, pod).inc(0)
+                self.req.labels("Latency", "Read", ns, pod).inc(n * share * self.read_ratio)
+                self.req.labels("Latency", "Write", ns, pod).inc(
+                    n * share * (1 - self.read_ratio))
+
     def _run(self) -> None:
         t = time.monotonic()
         while not self._stop.wait(0.2):
             now = time.monotonic()
-            n = self.rps * (now - t)
+            self._export(now - t)
             t = now
-            self.req.labels("Latency", "Read").inc(n * self.read_ratio)
-            self.req.labels("Latency", "Write").inc(n * (1 - self.read_ratio))
 
     def close(self) -> None:
         self._stop.set()
+        self._server.shutdown()
+        self._server.server_close()  # connection refused from now on
+
+
+class NodeExporters:
+    """One exporter per Cassandra node, each a scrape target of its own (as the JMX
+    exporter runs inside each node), for ``namespace``/``sts``-k. :meth:`fail` stops one
+    node's exporter: its scrape then fails for real (``up`` 0) and Prometheus marks its
+    series stale."""
+
+    def __init__(self, namespace: str, sts: str, nodes: int, rps: float,
+                 data_bytes: float = 3 * GIB) -> None:
+        self.namespace, self.sts = namespace, sts
+        self.nodes = [CassandraMetrics(rps / nodes, data_bytes=data_bytes / nodes,
+                                       clusters={(namespace, sts): (1, 1)})
+                      for _ in range(nodes)]
+        # each exporter believes it is pod <sts>-0: the target's labels say which it is
+        for m in self.nodes:
+            m.SPARE = 0
+
+    def scrape_configs(self) -> str:
+        """Prometheus ``static_configs`` entries: each node's target and its pod label
+        (honor_labels off: the target's labels win, as with Kubernetes discovery)."""
+        return "".join(
+            f"      - targets: ['{m.target}']\n"
+            f"        labels: {{namespace: {self.namespace}, pod: {self.sts}-{k}}}\n"
+            for k, m in enumerate(self.nodes))
+
+    def fail(self, k: int) -> None:
+        self.nodes[k].close()
+
+    def close(self) -> None:
+        for m in self.nodes:
+            if not m._stop.is_set():
+                m.close()
 
 
 class Prometheus:
     """Debian's Prometheus on 127.0.0.1, scraping ``targets`` every second."""
 
-    def __init__(self, root: Path, targets: list[str]) -> None:
+    def __init__(self, root: Path, targets: list[str], static_configs: str = "") -> None:
+        """``static_configs``: entries of the job's own (YAML, 6 spaces in), besides
+        ``targets``."""
         binary = shutil.which("prometheus")
         if binary is None:
             pytest.fail("Prometheus is not installed ('make test' installs Debian's)")
@@ -170,7 +249,7 @@ class Prometheus:
         cfg = root / "prometheus.yml"
         cfg.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
                        "scrape_configs:\n  - job_name: cassandra\n    static_configs:\n"
-                       f"      - targets: {json.dumps(targets)}\n")
+                       f"      - targets: {json.dumps(targets)}\n{static_configs}")
         self.port = free_port()
         self.proc = subprocess.Popen(
             [binary, f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{self.port}",

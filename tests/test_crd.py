@@ -79,12 +79,16 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.capacityModel.configMapRef.key": lambda p: p.model_key,
     "spec.metrics.prometheus.staleAfter": lambda p: p.prometheus and p.prometheus.stale_after_s,
     "spec.metrics.prometheus.warmup": lambda p: p.prometheus and p.prometheus.warmup_s,
+    "spec.metrics.prometheus.namespaceLabel":
+        lambda p: p.prometheus and p.prometheus.namespace_label,
+    "spec.metrics.prometheus.podLabel": lambda p: p.prometheus and p.prometheus.pod_label,
     "spec.interference": lambda p: None,
     "spec.interference.enabled": lambda p: p.interference,
     "spec.scaleDown": lambda p: None,
     "spec.scaleDown.stabilizationSeconds": lambda p: p.stabilization_s,
     "spec.scaleDown.pvcPolicy": lambda p: p.pvc_policy,
     "spec.scaleDown.minFreeFraction": lambda p: p.min_free_fraction,
+    "spec.scaleDown.compactionMargin": lambda p: p.compaction_margin,
 }
 
 

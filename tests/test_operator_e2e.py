@@ -146,7 +146,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
     root = tmp_path_factory.mktemp("e2e")
     lab_dir = root / "lab"
     try:
-        lab.up(3, "256M", d=lab_dir, namespace=LAB_NS)
+        lab.up(3, "256M", d=lab_dir, namespace=LAB_NS, pods=f"{NS}/{STS}")
     except Exception as exc:
         lab.down(lab_dir)
         pytest.fail(f"the Cassandra lab did not come up: {exc}")

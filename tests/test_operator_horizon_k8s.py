@@ -27,6 +27,7 @@ from k8s_support import (
     Prometheus,
     events,
     get,
+    persistent_volumes,
     policy,
     standin_exec_config,
     start_control_plane,
@@ -51,13 +52,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     cp = start_control_plane(root / "k8s", exec_config=standin_exec_config(
         list(NAMESPACES.values()), "cass", 8, root / "standin"))
     metrics = CassandraMetrics(rps=BASE, data_bytes=6 * GIB)
+    metrics.follow(cp)
     prom: Prometheus | None = None
     op: OperatorProcess | None = None
     try:
         prom = Prometheus(root / "prom", [metrics.target])
+        # sized volumes: a scale-in checks the free space the survivors would have
+        cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(8 * len(NAMESPACES), "1Gi",
+                                                                root / "pv"))
         for ns in NAMESPACES.values():
             cp.kubectl("create", "namespace", ns)
-            cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", ns, 3))
+            cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", ns, 3, volume="1Gi"))
             wait_until(f"3 pods in {ns}", lambda ns=ns: get(cp, "statefulset", "cass", ns)
                        .get("status", {}).get("readyReplicas") == 3, 60)
         op = OperatorProcess(cp.kubeconfig, root / "op.log")

@@ -25,6 +25,7 @@ from k8s_support import (
     Prometheus,
     events,
     get,
+    persistent_volumes,
     policy,
     standin_exec_config,
     start_control_plane,
@@ -53,8 +54,9 @@ def cp(tmp_path_factory: pytest.TempPathFactory, standin: Path) -> Iterator[Cont
 
 
 @pytest.fixture(scope="module")
-def metrics() -> Iterator[CassandraMetrics]:
+def metrics(cp: ControlPlane) -> Iterator[CassandraMetrics]:
     m = CassandraMetrics(rps=800.0)
+    m.follow(cp)  # every StatefulSet's pods get their series, as with Kubernetes discovery
     yield m
     m.close()
 
@@ -473,7 +475,9 @@ def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
     operator used to scale to 5, deleting cass-5..7 (two never decommissioned). Now it
     touches nothing, says Conflict (Drift) with an Event, and finishes the step once the
     size is back to 6."""
-    ns = namespace(cp, DRIFT_NS, 6)
+    # sized volumes: a scale-in checks the free space the survivors would have
+    cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(8, "1Gi", tmp_path / "pv"))
+    ns = namespace(cp, DRIFT_NS, 6, volume="1Gi")
     (standin / ns).mkdir(parents=True, exist_ok=True)
     hold = standin / ns / "hold-5"
     hold.write_text("held by the test")
@@ -550,6 +554,37 @@ def test_tamper_an_operation_patched_into_the_status_deletes_nothing(
         assert "Forbidden" not in op.tail(20000), op.tail()
     finally:
         op.stop()
+
+
+def test_tamper_the_status_schema_refuses_what_the_operator_never_writes(
+        cp: ControlPlane, prom: Prometheus) -> None:
+    """The status has a schema: an operation of a kind or phase the operator does not know,
+    or a pod name that is not a Kubernetes name, is refused by the API server; a field the
+    operator does not write is pruned, never stored."""
+    ns = namespace(cp, "tamper-schema", replicas=1)
+    cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url))
+    good = {"kind": "ScaleIn", "fromReplicas": 4, "toReplicas": 3, "pod": "cass-3",
+            "phase": "Decommissioning", "startedEpoch": 1.0}
+
+    def patch(status: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns,
+                          "--subresource=status", "--type=merge", "-o", "json", "-p",
+                          json.dumps({"status": status}), check=False)
+
+    for bad, says in [({"kind": "Exec"}, 'status.operation.kind: Unsupported value: "Exec"'),
+                      ({"phase": "Deleting"}, "status.operation.phase: Unsupported value"),
+                      ({"pod": "cass-0; rm -rf /"}, "status.operation.pod in body should "
+                                                    "match"),
+                      ({"pvc": "../data"}, "status.operation.pvc in body should match"),
+                      ({"fromReplicas": 0}, "status.operation.fromReplicas in body should "
+                                            "be greater than or equal to 1")]:
+        res = patch({"operation": {**good, **bad}})
+        assert res.returncode != 0 and says in res.stderr, (bad, res.stderr)
+    res = patch({"operation": {**good, "command": ["sh", "-c", "id"]}, "exec": "sh"})
+    assert res.returncode == 0, res.stderr
+    st = json.loads(res.stdout)["status"]  # as stored by this patch
+    assert st["operation"]["pod"] == "cass-3" and "command" not in st["operation"]
+    assert "exec" not in st
 
 
 def test_deleting_a_policy_after_the_operator_is_gone_does_not_hang(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,8 +16,10 @@ from elastore.errors import ElastoreError
 from elastore.models import ModelSet
 from elastore.operator import control, operation
 from elastore.operator.metrics import MetricsError, Snapshot
+from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import SpecError, parse, parse_duration
 from elastore.operator.status import set_condition
+from elastore.units import GIB
 
 BASE: dict[str, Any] = {
     "target": {"name": "cassandra", "replicationFactor": 3},
@@ -96,9 +99,29 @@ def test_durations(text: str, seconds: float) -> None:
 def test_default_queries_take_the_selector() -> None:
     p = parse(spec_with(metrics={"prometheus": {"url": "http://p/", "selector": 'dc="a"'}}))
     assert p.prometheus is not None and p.prometheus.url == "http://p"
-    assert 'scope="Read",dc="a"}' in p.prometheus.query("readRps")
+    assert p.prometheus.query("readRps", "shop", "cass") == (
+        'sum(rate(org_apache_cassandra_metrics_clientrequest_count{name="Latency",'
+        'scope="Read",namespace="shop",pod=~"cass-[0-9]+",dc="a"}[1m]))')
     with pytest.raises(SpecError, match="no query 'interference'"):
-        p.prometheus.query("interference")
+        p.prometheus.query("interference", "shop", "cass")
+
+
+def test_partial_default_queries_are_scoped_to_the_targets_pods() -> None:
+    """Another cluster's pods in the same Prometheus never add to this target's load, and
+    the freshness query gives one series per node (so a missing node can be counted)."""
+    p = parse(spec_with(metrics={"prometheus": {"url": "http://p"}})).prometheus
+    assert p is not None
+    for name in ("readRps", "writeRps", "dataBytes", "migrationMiBps", "freshness"):
+        assert 'namespace="shop",pod=~"cass\\\\.v2-[0-9]+"' in p.query(name, "shop", "cass.v2")
+    assert p.query("freshness", "shop", "cass").startswith("max by (pod) (timestamp(")
+    own = parse(spec_with(metrics={"prometheus": {
+        "url": "http://p", "namespaceLabel": "kubernetes_namespace", "podLabel": ""}}))
+    assert own.prometheus is not None
+    q = own.prometheus.query("freshness", "shop", "cass")
+    assert q.startswith("(timestamp(") and 'kubernetes_namespace="shop"}' in q
+    for bad in ("pod name", "1pod", 3):
+        with pytest.raises(SpecError, match="podLabel"):
+            parse(spec_with(metrics={"prometheus": {"url": "http://p", "podLabel": bad}}))
 
 
 def test_conditions_keep_their_transition_time_until_the_status_flips() -> None:
@@ -393,3 +416,96 @@ def test_stuck_past_its_deadline_or_refused_and_then_nothing_more() -> None:
     s, eff, _ = operation.advance(out, facts(spec_replicas=4, decommission_failed=why),
                                   1.0 + operation.REISSUE_AFTER_S + 1)
     assert (eff, s.phase) == ("stuck", "Stuck") and "Not enough live nodes" in s.message
+
+
+# -- the ring before a decommission (issue 15, item 5) ---------------------------------------------
+NODETOOL_504 = Path(__file__).parent / "data" / "nodetool-5.0.4"
+IDS = [f"00000000-0000-4000-8000-{k:012d}" for k in range(8)]
+
+
+def ring(states: str = "UN UN UN UN", loads_gib: tuple[float, ...] = (10, 10, 10, 10),
+         dcs: str = "", keyspaces: dict[str, dict[str, int]] | None = None,
+         strategy: str = "SimpleStrategy", leaving: int = -1) -> nodetool.Ring:
+    st = states.split()
+    dc = dcs.split() or ["dc1"] * len(st)
+    nodes = tuple(nodetool.RingNode(s, f"10.0.0.{k + 1}", None if loads_gib[k] < 0 else
+                                    loads_gib[k] * GIB, IDS[k], dc[k])
+                  for k, s in enumerate(st))
+    ks = {name: nodetool.Replication(strategy, f)
+          for name, f in (keyspaces or {"ks": {"": 3}}).items()}
+    return nodetool.Ring(nodes, ks, IDS[leaving % len(st)])
+
+
+def test_ring_parsers_read_cassandra_504s_own_output() -> None:
+    """Captured from the lab's Cassandra 5.0.4 (2 nodes), DEBUG lines of nodetool's own
+    logging and all."""
+    r = nodetool.read_ring(lambda cmd: (NODETOOL_504 / f"{cmd}.txt").read_text())
+    assert [(n.state, n.address, n.dc) for n in r.nodes] == [
+        ("UN", "127.0.0.2", "datacenter1"), ("UN", "127.0.0.1", "datacenter1")]
+    assert r.nodes[0].load_bytes == pytest.approx(30.9 * 1024)
+    assert r.nodes[1].load_bytes == pytest.approx(119.82 * 1024)
+    assert r.self_id == r.nodes[1].host_id == "0d7334e9-cf14-4025-8cbc-336c73d2f8e4"
+    assert r.keyspaces["system_distributed"] == nodetool.Replication("SimpleStrategy",
+                                                                     {"": 3})
+    assert r.keyspaces["system_traces"].factors == {"": 2}
+    assert r.keyspaces["system"] == nodetool.Replication("LocalStrategy", {})
+    # Cassandra's own rule, which counts the system keyspaces too
+    assert decommission_refusal(r, 10 * GIB, 0.2, 0.5) == (
+        "replication: keyspace system_distributed has RF 3 and 1 node(s) would remain; "
+        "keyspace system_traces has RF 2 and 1 node(s) would remain")
+
+
+def test_ring_parsers_refuse_what_they_do_not_understand() -> None:
+    with pytest.raises(ElastoreError, match="lists no node"):
+        nodetool.parse_status("error: JMX connection refused")
+    with pytest.raises(ElastoreError, match="no Keyspaces section"):
+        nodetool.parse_keyspaces("Cluster Information:\n\tName: Test Cluster\n")
+    with pytest.raises(ElastoreError, match="OldNetworkTopologyStrategy is not understood"):
+        nodetool.parse_keyspaces("Keyspaces:\n\tks -> Replication class: "
+                                 "OldNetworkTopologyStrategy {replication_factor=3}\n")
+    with pytest.raises(ElastoreError, match="unreadable replication factor"):
+        nodetool.parse_keyspaces("Keyspaces:\n\tks -> Replication class: SimpleStrategy "
+                                 "{replication_factor=three}\n")
+    with pytest.raises(ElastoreError, match="no ID line"):
+        nodetool.parse_host_id("Gossip active : true\n")
+    ks = nodetool.parse_keyspaces(
+        "Keyspaces:\n\tshop -> Replication class: NetworkTopologyStrategy "
+        "{dc1=3, dc2=2/1}\n")
+    assert ks["shop"].factors == {"dc1": 3, "dc2": 2}  # 2 replicas, 1 transient: 2
+    assert nodetool.parse_size("1.5 TiB") == 1.5 * 1024**4
+    assert nodetool.parse_size("12 KB") == 12 * 1024  # Cassandra before 4.1
+    assert [n.load_bytes for n in nodetool.parse_status(
+        "UN  10.0.0.1  ?  16  33.3%  00000000-0000-4000-8000-000000000001  r1")] == [None]
+
+
+@pytest.mark.parametrize("r, volume_gib, says", [
+    (ring(), 40, None),
+    (ring("UN DN UN UN"), 40, "every node must be UN (up, normal): 10.0.0.2 is DN"),
+    (ring("UN UN UJ UN"), 40, "10.0.0.3 is UJ"),
+    (ring("UN UN UN UL"), 40, "10.0.0.4 is UL"),  # the leaving node itself
+    (ring("UN UN UM UN"), 40, "10.0.0.3 is UM"),
+    (ring(keyspaces={"ks": {"": 3}, "wide": {"": 4}}), 40,
+     "replication: keyspace wide has RF 4 and 3 node(s) would remain"),
+    # NetworkTopologyStrategy: only the leaving node's data centre counts
+    (ring("UN UN UN UN UN UN", (10,) * 6, "a a a a b b", {"ks": {"a": 3, "b": 2}},
+          "NetworkTopologyStrategy", leaving=3), 40, None),
+    (ring("UN UN UN UN UN UN", (10,) * 6, "a a a b b b", {"ks": {"a": 3, "b": 3}},
+          "NetworkTopologyStrategy", leaving=5), 40,
+     "keyspace ks has RF 3 in b and 2 node(s) would remain there"),
+    # free space on used bytes: 10 GiB + 10/3 GiB, + 50 % for compaction = 20 GiB
+    (ring(), 25, None),
+    (ring(), 24, "free space: 10.0.0.1 would hold 20.0 GiB (10.0 GiB now + 3.3 GiB from the "
+                 "leaving node, + 50% for compaction), more than 80% of its 24.0 GiB"),
+    (ring(loads_gib=(10, 14, 10, 10)), 25, "10.0.0.2 would hold 26.0 GiB"),  # the fullest
+    (ring(), None, "requests no storage size"),
+    (ring(loads_gib=(10, -1, 10, 10)), 40, "gives no load for 10.0.0.2"),
+    (nodetool.Ring(ring().nodes, {}, "ffffffff-0000-4000-8000-000000000000"), 40,
+     "is not in nodetool status"),
+])
+def test_ring_refuse_a_decommission_the_cluster_cannot_take(
+        r: nodetool.Ring, volume_gib: float | None, says: str | None) -> None:
+    got = decommission_refusal(r, None if volume_gib is None else volume_gib * GIB, 0.2, 0.5)
+    if says is None:
+        assert got is None
+    else:
+        assert got is not None and says in got, got

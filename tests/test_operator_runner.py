@@ -59,7 +59,7 @@ class Rig:
 
     def new_runner(self) -> Runner:
         return Runner(NS, POLICY, self.policies, self.kube, lambda _spec: self.ms,
-                      clock=lambda: self.kube.now_s, source=lambda _spec: self.metrics)
+                      clock=lambda: self.kube.now_s, source=lambda _spec, _ns: self.metrics)
 
     def run(self, until_s: float, dt: float = 5.0, stop: Callable[[], bool] | None = None
             ) -> None:
@@ -218,6 +218,36 @@ def test_drift_during_a_scale_in_stops_the_operator_until_it_is_undone(ms: Model
     assert rig.cond("Conflict")["status"] == "False"
 
 
+def test_partial_metrics_forbid_scale_in_but_not_forecasting(ms: ModelSet) -> None:
+    """The load falls after the peak, but one of the nodes stops reporting: the summed load
+    reads lower than it is. The policy goes Degraded (MetricsPartial, one Event), keeps
+    forecasting, and decommissions nothing until every node reports again."""
+    rig = Rig(ms, day(ms))
+    rig.run(3 * 3600, stop=lambda: rig.kube.spec_replicas >= 5)
+    rig.run(rig.t + 1800, stop=lambda: rig.policies.status.get("operation") is None and
+            rig.kube.ready_replicas == rig.kube.spec_replicas)
+    peak = rig.kube.spec_replicas
+    assert not rig.calls("decommission")
+    rig.metrics.nodes = lambda: rig.kube.ready_replicas - 1  # one scrape fails
+    forecasts = []
+    while rig.t < 3 * 3600:
+        rig.run(rig.t + 600)
+        forecasts.append(rig.policies.status["lastDecision"]["epoch"])
+    assert not rig.calls("decommission") and rig.kube.spec_replicas == peak
+    deg = rig.cond("Degraded")
+    assert (deg["status"], deg["reason"]) == ("True", "MetricsPartial"), deg
+    assert f"from {peak - 1} of {peak} ready nodes" in deg["message"]
+    down = rig.cond("ScalingDown")
+    assert (down["status"], down["reason"]) == ("False", "MetricsPartial"), down
+    assert len(set(forecasts)) == len(forecasts)  # a new decision every 10 min
+    assert rig.policies.status["desiredReplicas"] < peak  # it knows what it would do
+    assert [r for r, _, w in rig.policies.events if w].count("MetricsPartial") == 1
+    rig.metrics.nodes = lambda: rig.kube.ready_replicas  # back
+    rig.run(rig.t + 1800, stop=lambda: bool(rig.calls("decommission")))
+    assert rig.calls("decommission") == [f"decommission db-{peak - 1}"]
+    assert rig.cond("Degraded")["status"] == "False"
+
+
 @pytest.mark.parametrize("setup,reason", [
     (lambda k: setattr(k, "managed", False), "NotOptedIn"),
     (lambda k: setattr(k, "owner", "CassandraDatacenter/dc1"), "OwnedByController"),
@@ -273,7 +303,7 @@ def test_an_unexpected_exception_is_degraded_internal_error_not_only_a_log(
         def snapshot(self, *_: Any) -> Snapshot:
             raise ZeroDivisionError("division by zero")
 
-    rig.runner.source = lambda _spec: Broken()  # type: ignore[assignment,return-value]
+    rig.runner.source = lambda _spec, _ns: Broken()  # type: ignore[assignment,return-value]
     with pytest.raises(ZeroDivisionError):
         rig.runner.tick()
     deg = rig.cond("Degraded")
@@ -386,3 +416,53 @@ def test_stuck_switching_to_recommend_stops_an_operation_safely(ms: ModelSet) ->
     assert not [c for _, c in rig.kube.calls[n:] if c.startswith(("scale", "decommission"))]
     msg = next(m for r, m, _ in rig.policies.events if r == "OperationAborted")
     assert "mode Recommend" in msg and "finishes joining by itself" in msg
+
+
+@pytest.mark.parametrize("setup, says", [
+    (lambda k: k.down.add(1), "every node must be UN (up, normal): 10.0.0.2 is DN"),
+    (lambda k: k.keyspaces.update(events=5), "keyspace events has RF 5 and 4 node(s) would "
+                                             "remain"),
+    (lambda k: setattr(k, "volume_bytes", None), "requests no storage size"),
+    (lambda k: setattr(k, "volume_bytes", 1.2 * GIB), "free space: 10.0.0.1 would hold"),
+])
+def test_ring_refusals_decommission_nothing(ms: ModelSet, setup: Callable[[SimulatedKube],
+                                                                         None],
+                                            says: str) -> None:
+    """Every scale-in reads the ring through nodetool first (the simulated ring here; the
+    lab's real Cassandra in test_cassandra_lab.py): a refusal is a ScaleInRefused Event and
+    the ScalingDown condition, and no decommission."""
+    rig = Rig(ms, day(ms))
+    rig.run(3 * 3600, stop=lambda: rig.kube.spec_replicas >= 5 and
+            rig.policies.status.get("operation") is None)
+    setup(rig.kube)
+    rig.run(3 * 3600)
+    assert not rig.calls("decommission") and rig.kube.spec_replicas >= 5
+    assert rig.calls("ring")  # it looked
+    down = rig.cond("ScalingDown")
+    assert down["reason"] == "Refused" and says in down["message"], down
+    refusals = [m for r, m, w in rig.policies.events if r == "ScaleInRefused" and w]
+    assert refusals and says in refusals[0]
+
+
+def test_stuck_a_decommission_is_not_reissued_on_a_ring_that_cannot_take_it(
+        ms: ModelSet) -> None:
+    """An operator restarted after it issued a decommission that failed (the failure was
+    in the old process's memory): the node is NORMAL, so the step would re-issue it after
+    120 s. A node went down meanwhile: the ring check refuses, and the operation is Stuck,
+    not re-issued."""
+    rig = Rig(ms, day(ms))
+    rig.run(3 * 3600, stop=lambda: rig.kube.spec_replicas >= 5 and
+            rig.policies.status.get("operation") is None)
+    frm = rig.kube.spec_replicas
+    rig.policies.body["status"]["operation"] = {
+        "kind": "ScaleIn", "fromReplicas": frm, "toReplicas": frm - 1, "pod": f"db-{frm - 1}",
+        "phase": "Decommissioning", "startedEpoch": rig.t - 300, "pvc": f"data-db-{frm - 1}",
+        "decommissionIssuedEpoch": rig.t - 300, "deadlineEpoch": rig.t + 3600,
+        "message": "decommission issued"}
+    rig.kube.down.add(0)
+    rig.run(rig.t + 600)
+    assert not rig.calls("decommission") and rig.kube.spec_replicas == frm
+    op = rig.policies.status["operation"]
+    assert op["phase"] == "Stuck" and "not re-issued" in op["message"]
+    assert "10.0.0.1 is DN" in rig.cond("ScalingDown")["message"]
+    assert [r for r, _, w in rig.policies.events if w].count("OperationStuck") == 1

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from elastore.actuators.nodetool import parse_mode, stream_setting
+from elastore.actuators.nodetool import Ring, parse_mode, read_ring, stream_setting
 from elastore.actuators.ports import (
     LEFT_RING_ANNOTATION,
     MANAGED_LABEL,
@@ -255,6 +255,18 @@ class KubeActuator:
 
     def decommission_failure(self, ns: str, pod: str) -> str | None:
         return self._failures.get((ns, pod))
+
+    def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
+        """The cluster as the node in ``pod`` sees it: ``nodetool status``,
+        ``describecluster`` and ``info``. A failed call is an error, never a guess."""
+        def run(cmd: str) -> str:
+            res = self.nodetool(ns, pod, container, nodetool, cmd, timeout_s=120)
+            if res.rc != 0:
+                raise ElastoreError(f"nodetool {cmd} in {ns}/{pod} exited {res.rc}: "
+                                    f"{(res.stdout + res.stderr).strip()[-300:]}")
+            return res.stdout
+
+        return read_ring(run)
 
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:

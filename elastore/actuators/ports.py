@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from elastore.actuators.nodetool import Ring
 from elastore.errors import ElastoreError
 
 #: the label a StatefulSet carries to let an Enforce policy act on it
@@ -64,6 +65,9 @@ class ClusterPort(Protocol):
     def decommission_failure(self, ns: str, pod: str) -> str | None:
         """Why the last decommission issued in this pod failed (its exit code and the tail
         of its output); None while it runs, once it succeeded, or if none was issued."""
+
+    def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
+        """The cluster as the node in ``pod`` sees it (raises if nodetool fails)."""
 
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:

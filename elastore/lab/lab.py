@@ -68,6 +68,10 @@ class LabState:
     nodes: list[NodeState] = field(default_factory=list)
     prometheus_pid: int = 0
     prometheus_dir: str = ""
+    #: "namespace/statefulset" when the lab stands in for a StatefulSet's pods: node n is
+    #: pod <statefulset>-(n-1), and its series carry the namespace and pod labels that
+    #: Prometheus's Kubernetes discovery gives (the operator's default queries need them)
+    pods: str = ""
 
     def save(self, d: Path) -> None:
         d.mkdir(parents=True, exist_ok=True)
@@ -84,7 +88,8 @@ class LabState:
             doc = json.loads(p.read_text())
             return cls(doc["netns"], doc["heap"], doc.get("version", CASSANDRA_VERSION),
                        [NodeState(**n) for n in doc["nodes"]],
-                       int(doc.get("prometheus_pid", 0)), str(doc.get("prometheus_dir", "")))
+                       int(doc.get("prometheus_pid", 0)), str(doc.get("prometheus_dir", "")),
+                       str(doc.get("pods", "")))
         except (ValueError, KeyError, TypeError) as exc:
             raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
 
@@ -117,7 +122,14 @@ def _stop(pid: int, root: str, timeout: float = 30, program: str = "CassandraDae
 def _prometheus_config(state: LabState) -> Path:
     d = Path(state.prometheus_dir)
     d.mkdir(parents=True, exist_ok=True)
-    nodes = ", ".join(f"'{n.spec.metrics}'" for n in state.nodes)
+    if state.pods:
+        ns, sts = state.pods.split("/", 1)
+        targets = "".join(f"      - targets: ['{n.spec.metrics}']\n"
+                          f"        labels: {{namespace: '{ns}', pod: '{sts}-{n.n - 1}'}}\n"
+                          for n in state.nodes)
+    else:
+        targets = "      - targets: [{}]\n".format(
+            ", ".join(f"'{n.spec.metrics}'" for n in state.nodes))
     cfg = d / "prometheus.yml"
     tmp = d / "prometheus.yml.tmp"
     tmp.write_text(f"""global:
@@ -126,8 +138,7 @@ def _prometheus_config(state: LabState) -> Path:
 scrape_configs:
   - job_name: cassandra
     static_configs:
-      - targets: [{nodes}]
-  - job_name: loadgen
+{targets}  - job_name: loadgen
     static_configs:
       - targets: ['{LOADGEN_METRICS}']
 """)
@@ -214,7 +225,8 @@ def down(d: Path | None = None) -> list[str]:
 
 
 def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
-       namespace: str = NAMESPACE) -> LabState:
+       namespace: str = NAMESPACE, pods: str = "") -> LabState:
+    """``pods``: "namespace/statefulset" the nodes stand in for (:attr:`LabState.pods`)."""
     if not 1 <= nodes <= MAX_NODES:
         raise ElastoreError(f"--nodes must be 1..{MAX_NODES} on this machine (2 cores)")
     d = d or lab_dir()
@@ -225,7 +237,9 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
     log.info("fetching Cassandra %s jars (cached) ...", CASSANDRA_VERSION)
     lib = ensure_jars()
     netns.create(namespace)
-    state = LabState(namespace, heap)
+    if pods and not re.match(r"^[a-z0-9][a-z0-9-]*/[a-z0-9][a-z0-9.-]*$", pods):
+        raise ElastoreError(f"pods must be namespace/statefulset, got {pods!r}")
+    state = LabState(namespace, heap, pods=pods)
     state.save(d)
     for _ in range(nodes):
         _add(state, lib, d)

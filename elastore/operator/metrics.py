@@ -34,6 +34,9 @@ class Snapshot:
     migration_mibps: float | None  # streaming now (status only; None when not exported)
     history_rps: FloatArray  # the load per step, oldest first; NaN where Prometheus has none
     step_s: float
+    #: how many nodes the metrics come from (None: the source cannot tell, as the
+    #: simulator's trace); fewer than the ready pods is a partial scrape
+    nodes: int | None = None
 
 
 class MetricsSource(Protocol):
@@ -48,6 +51,13 @@ class MetricsSource(Protocol):
         """One named query's value at ``at_s`` (e.g. ``interference``)."""
 
 
+def _sample(series: Any, name: str) -> float:
+    try:
+        return float(series["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise MetricsError("PrometheusError", f"{name}: unreadable sample {series!r}") from exc
+
+
 def _value(result: Any, name: str, query: str) -> float:
     if not isinstance(result, list) or not result:
         raise MetricsError("MetricsMissing", f"{name}: Prometheus returned no series for "
@@ -55,24 +65,23 @@ def _value(result: Any, name: str, query: str) -> float:
     if len(result) > 1:
         raise MetricsError("MetricsMissing", f"{name}: {query!r} returned {len(result)} series; "
                                              "it must aggregate to one (use sum())")
-    try:
-        v = float(result[0]["value"][1])
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
-        raise MetricsError("PrometheusError", f"{name}: unreadable sample {result[0]!r}") \
-            from exc
+    v = _sample(result[0], name)
     if not math.isfinite(v) or v < 0:
         raise MetricsError("MetricsMissing", f"{name}: {query!r} is {v} (no valid data)")
     return v
 
 
 class PrometheusSource:
-    """The metrics of one ElasticPolicy. ``timeout_s`` bounds every request."""
+    """The metrics of one ElasticPolicy's target (StatefulSet ``target`` in ``namespace``:
+    the default queries see only its pods). ``timeout_s`` bounds every request."""
 
-    def __init__(self, prom: Prometheus, timeout_s: float = 5.0) -> None:
+    def __init__(self, prom: Prometheus, namespace: str, target: str,
+                 timeout_s: float = 5.0) -> None:
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
 
         self.prom = prom
+        self.namespace, self.target = namespace, target
         self.timeout_s = timeout_s
         self.client = PrometheusConnect(url=prom.url, disable_ssl=False,
                                         retry=Retry(total=1, backoff_factor=0.2),
@@ -92,18 +101,46 @@ class PrometheusSource:
             raise MetricsError("PrometheusError", f"Prometheus at {self.prom.url} refused a "
                                                   f"query: {str(exc)[:300]}") from exc
 
+    def query(self, name: str) -> str:
+        return self.prom.query(name, self.namespace, self.target)
+
     def scalar(self, name: str, at_s: float) -> float:
-        q = self.prom.query(name)
+        q = self.query(name)
         return _value(self._call(self.client.custom_query, q, params={"time": at_s}), name, q)
+
+    def freshness(self, at_s: float) -> dict[str, float]:
+        """Each node's newest sample time (epoch seconds), by node; one series per node."""
+        q = self.query("freshness")
+        result = self._call(self.client.custom_query, q, params={"time": at_s})
+        if not isinstance(result, list) or not result:
+            raise MetricsError("MetricsMissing", f"freshness: Prometheus returned no series "
+                                                 f"for {q!r} (no node reports)")
+        out: dict[str, float] = {}
+        for series in result:
+            labels = series.get("metric") or {} if isinstance(series, dict) else {}
+            node = str(labels.get(self.prom.pod_label) if self.prom.pod_label else labels)
+            if node in out:
+                raise MetricsError("MetricsMissing", f"freshness: {q!r} returned several "
+                                                     f"series for node {node}; it must give "
+                                                     "one per node")
+            v = _sample(series, "freshness")
+            if not math.isfinite(v):
+                raise MetricsError("MetricsMissing", f"freshness: node {node} has no valid "
+                                                     "sample time")
+            out[node] = v
+        return out
 
     def snapshot(self, at_s: float, steps: int, step_s: float) -> Snapshot:
         """Instant values at ``at_s`` and the load over the last ``steps`` steps."""
-        fresh = self.scalar("freshness", at_s)
-        if at_s - fresh > self.prom.stale_after_s:
-            raise MetricsError("MetricsStale", f"the newest sample is {at_s - fresh:.0f} s old "
-                                               f"(staleAfter {self.prom.stale_after_s:.0f} s)")
+        nodes = self.freshness(at_s)
+        oldest = min(nodes, key=lambda n: nodes[n])
+        if at_s - nodes[oldest] > self.prom.stale_after_s:
+            raise MetricsError("MetricsStale", f"node {oldest}'s newest sample is "
+                                               f"{at_s - nodes[oldest]:.0f} s old (staleAfter "
+                                               f"{self.prom.stale_after_s:.0f} s): the sum "
+                                               "would mix old and new load")
         try:
-            self.scalar("freshness", at_s - self.prom.warmup_s)
+            self.freshness(at_s - self.prom.warmup_s)
         except MetricsError as exc:
             if exc.reason != "MetricsMissing":
                 raise
@@ -124,12 +161,13 @@ class PrometheusSource:
         load = read + write
         return Snapshot(at_s=at_s, load_rps=load, read_ratio=read / load if load > 0 else 1.0,
                         data_bytes=data, migration_mibps=migration,
-                        history_rps=self.history(at_s, steps, step_s), step_s=step_s)
+                        history_rps=self.history(at_s, steps, step_s), step_s=step_s,
+                        nodes=len(nodes))
 
     def history(self, at_s: float, steps: int, step_s: float) -> FloatArray:
         """The client load averaged over each of the last ``steps`` steps (the last ends at
         ``at_s``); NaN where Prometheus has no data."""
-        inner = f"({self.prom.query('readRps')}) + ({self.prom.query('writeRps')})"
+        inner = f"({self.query('readRps')}) + ({self.query('writeRps')})"
         res = max(1, int(step_s // 10))
         q = f"avg_over_time(({inner})[{int(step_s)}s:{res}s])"
         start = at_s - (steps - 1) * step_s
@@ -139,6 +177,10 @@ class PrometheusSource:
                             end_time=datetime.fromtimestamp(at_s, UTC), step=f"{int(step_s)}s")
         if not result:
             return out
+        if len(result) > 1:
+            raise MetricsError("MetricsMissing", f"history: {q!r} returned {len(result)} "
+                                                 "series; readRps and writeRps must each "
+                                                 "aggregate to one (use sum())")
         for t, v in result[0].get("values", []):
             k = round((float(t) - start) / step_s)
             if 0 <= k < steps:

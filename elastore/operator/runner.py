@@ -29,7 +29,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, DriftError, StatefulSetFacts
@@ -37,12 +37,12 @@ from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import control, operation
 from elastore.operator.metrics import MetricsSource, PrometheusSource, Snapshot
+from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runtime import DEFAULT_NODETOOLS
 from elastore.operator.spec import PolicySpec, SpecError, parse
 from elastore.operator.status import PolicyStore, condition, iso, set_condition
 from elastore.operator.telemetry import OperatorMetrics
 from elastore.planner.types import Operation
-from elastore.units import bytes_to_gib
 
 log = logging.getLogger("elastore.operator")
 
@@ -54,11 +54,11 @@ RETRY_S = 30.0  # after a failed observation, at most this long until the next t
 Conditions = list[dict[str, Any]]
 
 
-def prometheus_source(spec: PolicySpec) -> MetricsSource:
+def prometheus_source(spec: PolicySpec, namespace: str) -> MetricsSource:
     if spec.prometheus is None:
         raise MetricsError("NoMetrics", "spec.metrics.prometheus is not set: there is "
                                         "nothing to forecast from")
-    return PrometheusSource(spec.prometheus)
+    return PrometheusSource(spec.prometheus, namespace, spec.target.name)
 
 
 @dataclass
@@ -77,6 +77,7 @@ class _Tick:
     evidence: bool = False  # the last observation succeeded
     blocked: tuple[str, str] | None = None  # (reason, message): Enforce may not touch it
     operation: operation.OperationState | None = None  # the one in progress, if any
+    ring_checked: bool = False  # the ring was judged fit for a decommission this tick
 
     @property
     def last_decision(self) -> dict[str, Any]:
@@ -99,7 +100,7 @@ class Runner:
     models: Callable[[PolicySpec], ModelSet]
     telemetry: OperatorMetrics | None = None
     clock: Callable[[], float] = time.time
-    source: Callable[[PolicySpec], MetricsSource] = prometheus_source
+    source: Callable[[PolicySpec, str], MetricsSource] = prometheus_source
     #: the nodetool commands this operator may run (``elastore operator run --nodetool``)
     nodetools: tuple[tuple[str, ...], ...] = DEFAULT_NODETOOLS
 
@@ -156,12 +157,12 @@ class Runner:
         degraded = self._control_period(t)
         if degraded is not None:
             return (POLL_S, degraded[1]) if running else degraded
-        t.cond("Degraded", False, "Healthy", "metrics and target found")
-        if running:
-            return POLL_S, None
-        if self._start_step(t):
-            return POLL_S, None
-        return self._next_wait(t), None
+        partial = self._partial(t)
+        if partial is None:
+            t.cond("Degraded", False, "Healthy", "metrics and target found")
+        if running or self._start_step(t):
+            return POLL_S, partial
+        return self._next_wait(t), partial
 
     # -- 1. the policy and its target ----------------------------------------------------------
     def _read(self, t: _Tick) -> tuple[float, tuple[str, str]] | None:
@@ -282,6 +283,23 @@ class Runner:
         t.status = {**t.status, "operation": None}
         self.policies.patch_status(self.namespace, self.name, {"operation": None})
 
+    def _partial(self, t: _Tick) -> tuple[str, str] | None:
+        """``MetricsPartial`` when the last observation came from fewer nodes than were
+        ready: the missing nodes' load is absent from the sum, which reads as low load. The
+        policy keeps forecasting (an underestimate never wrongly adds a node) but no
+        scale-in starts until every node reports."""
+        seen = t.out.get("observed") or t.status.get("observed") or {}
+        nodes, ready = seen.get("nodes"), seen.get("readyReplicas")
+        if nodes is None or ready is None or int(nodes) >= int(ready):
+            return None
+        msg = (f"metrics from {nodes} of {ready} ready nodes (query freshness, by "
+               "spec.metrics.prometheus.podLabel): the missing nodes' load is not in the sum; "
+               "no scale-in until every node reports")
+        was = condition(t.status.get("conditions") or [], "Degraded") or {}
+        if was.get("reason") != "MetricsPartial":
+            self.policies.event(t.body, "MetricsPartial", msg, warning=True)
+        return "MetricsPartial", msg
+
     # -- 3. a control period -------------------------------------------------------------------
     def _control_period(self, t: _Tick) -> tuple[float, tuple[str, str]] | None:
         """Decide when a period is due. A failed observation degrades the policy: no plan,
@@ -307,6 +325,7 @@ class Runner:
         t.memory = decision.memory
         t.evidence = True
         t.out.update(self._decision_status(decision, snap, t.gen))
+        t.out["observed"]["readyReplicas"] = sts.ready_replicas
         t.cond("Forecasting", True, "Forecast",
                f"{decision.method}: {decision.forecast_rps:,.0f} req/s at "
                f"{iso(decision.forecast_for_s)}")
@@ -335,7 +354,7 @@ class Runner:
     def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float,
                 op: operation.OperationState | None = None
                 ) -> tuple[control.Decision, Snapshot]:
-        source = self.source(spec)
+        source = self.source(spec, self.namespace)
         snap = source.snapshot(now, control.history_steps(spec.prediction_method,
                                                           control.path_steps(spec)),
                                spec.prediction_step_s)
@@ -359,7 +378,8 @@ class Runner:
             "observed": {"requestsPerSecond": round(snap.load_rps, 3),
                          "readRatio": round(snap.read_ratio, 4),
                          "dataBytes": snap.data_bytes,
-                         "migrationMiBps": snap.migration_mibps},
+                         "migrationMiBps": snap.migration_mibps,
+                         "nodes": snap.nodes},
             "forecastError": None if d.forecast_error is None else round(d.forecast_error, 4),
             "desiredReplicas": d.desired_replicas,
             "nextAction": None if act is None else {
@@ -427,10 +447,13 @@ class Runner:
             t.cond(ctype, False, t.blocked[0], t.blocked[1])
         elif (why := self._aborting(t)) is not None:
             t.cond(ctype, False, "Aborted", f"no step starts: {why}")
-        elif (refused := self._refuse(spec, sts, kind, t.status)) is not None:
+        elif kind == "ScaleIn" and (partial := self._partial(t)) is not None:
+            t.cond(ctype, False, *partial)
+        elif (refused := self._refuse(spec, sts, kind)) is not None:
             t.cond(ctype, False, "Refused", refused)
             self.policies.event(t.body, f"{kind}Refused", refused, warning=True)
         else:
+            t.ring_checked = kind == "ScaleIn"
             self._begin(t, kind)
             return True
         t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
@@ -459,6 +482,28 @@ class Runner:
             self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
         self._advance(t, new)
 
+    def _decommission_refused(self, t: _Tick, op: operation.OperationState, refused: str
+                              ) -> tuple[operation.OperationState, bool]:
+        """The ring is not fit for the decommission the operation is about to issue. Never
+        issued yet: the step is given up (nothing was done). A re-issue: Stuck."""
+        kind = _scaling(op.kind)
+        if op.decommission_issued_s is None:
+            msg = f"{op.kind} {op.from_replicas} -> {op.to_replicas} given up before its " \
+                  f"decommission: {refused}"
+            self.policies.event(t.body, "ScaleInRefused", msg, warning=True)
+            self.policies.patch_status(self.namespace, self.name, {"operation": None})
+            t.cond(kind, False, "Refused", msg)
+            t.out["operation"] = None
+            return op, True
+        stuck = replace(op, phase="Stuck", updated_s=t.now,
+                        message=f"the decommission of {op.pod} is not re-issued: {refused}")
+        self.policies.event(t.body, "OperationStuck", stuck.message, warning=True)
+        self.policies.patch_status(self.namespace, self.name,
+                                   {"operation": stuck.to_status()})
+        t.cond(kind, True, "Stuck", stuck.message)
+        t.out["operation"] = stuck.to_status()
+        return stuck, False
+
     def _next_wait(self, t: _Tick) -> float:
         assert t.spec is not None
         last = t.last_decision
@@ -469,9 +514,8 @@ class Runner:
         return min(waits)
 
     # -- checks and node steps -----------------------------------------------------------------
-    def _refuse(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str,
-                status: dict[str, Any]) -> str | None:
-        """Why a node step may not start (None: it may)."""
+    def _refuse(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str) -> str | None:
+        """Why a node step may not start (None: it may). A scale-in reads the ring."""
         if spec.target.store != "cassandra":
             return (f"store {spec.target.store}: this version forecasts and recommends for it "
                     "but acts only on Cassandra (its ring actuator is not built yet)")
@@ -485,15 +529,19 @@ class Runner:
                     f"(now {sts.spec_replicas})")
         if sts.ready_replicas < sts.spec_replicas:
             return f"only {sts.ready_replicas} of {sts.spec_replicas} pods are ready"
-        data = ((status.get("observed") or {}).get("dataBytes"))
-        if sts.volume_bytes and data is not None:
-            per_node = float(data) / (sts.spec_replicas - 1)
-            room = (1 - spec.min_free_fraction) * sts.volume_bytes
-            if per_node > room:
-                return (f"free-space check: {bytes_to_gib(per_node):.1f} GiB per node after "
-                        f"the decommission would leave less than {spec.min_free_fraction:.0%} "
-                        f"of {bytes_to_gib(sts.volume_bytes):.1f} GiB free")
-        return None
+        return self._ring_refusal(spec, sts, f"{spec.target.name}-{sts.spec_replicas - 1}")
+
+    def _ring_refusal(self, spec: PolicySpec, sts: StatefulSetFacts, pod: str) -> str | None:
+        """The checks before every decommission, on the cluster as nodetool shows it in the
+        leaving pod (:mod:`elastore.operator.ringcheck`); unreadable is a refusal."""
+        try:
+            ring = self.kube.ring(self.namespace, pod, spec.target.container,
+                                  spec.target.nodetool)
+        except ElastoreError as exc:
+            return f"the ring could not be read through {pod}: {exc}"
+        refused = decommission_refusal(ring, sts.volume_bytes, spec.min_free_fraction,
+                                       spec.compaction_margin)
+        return None if refused is None else f"{pod}: {refused}"
 
     def _advance(self, t: _Tick, op: operation.OperationState
                  ) -> tuple[operation.OperationState, bool]:
@@ -535,6 +583,10 @@ class Runner:
             t.out["operation"] = new.to_status()
             return new, False
         t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
+        if effect == "decommission" and not t.ring_checked:
+            refused = self._ring_refusal(spec, sts, new.pod)
+            if refused is not None:
+                return self._decommission_refused(t, op, refused)
         if new.phase != op.phase:
             self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
         # the state first, then the effect: a restart in between repeats nothing harmful

@@ -29,7 +29,9 @@ _ARG = re.compile(r"^[A-Za-z0-9_./+-]{1,256}$")  # the CRD's pattern for a nodet
 _CONTAINER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 #: PromQL for Cassandra's JMX exporter (the metric names the lab and cass-operator's
-#: metrics agent expose). ``{selector}`` is replaced by ``spec.metrics.prometheus.selector``.
+#: metrics agent expose). ``{selector}`` is replaced by the target's scope (its namespace and
+#: pods, :meth:`Prometheus.scope`) and ``spec.metrics.prometheus.selector``; ``{by}`` by the
+#: label that tells the nodes apart (``podLabel``).
 DEFAULT_QUERIES = {
     "readRps": 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
                '{{name="Latency",scope="Read"{selector}}}[1m]))',
@@ -38,7 +40,8 @@ DEFAULT_QUERIES = {
     "migrationMiBps": 'sum(rate(org_apache_cassandra_metrics_streaming_count'
                       '{{name="TotalOutgoingBytes"{selector}}}[1m])) / ' + str(MIB),
     "dataBytes": 'sum(org_apache_cassandra_metrics_storage_count{{name="Load"{selector}}})',
-    "freshness": 'max(timestamp(org_apache_cassandra_metrics_clientrequest_count'
+    # one series per node: the time of its newest sample
+    "freshness": '{by}(timestamp(org_apache_cassandra_metrics_clientrequest_count'
                  '{{name="Latency",scope="Read"{selector}}}))',
 }
 
@@ -79,16 +82,34 @@ class Prometheus:
     warmup_s: float = 60.0
     selector: str = ""
     queries: dict[str, str] = field(default_factory=dict)
+    #: the labels Prometheus's Kubernetes discovery gives every series (kube-prometheus:
+    #: ``namespace``, ``pod``); "" drops that part of the scope
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
 
-    def query(self, name: str) -> str:
-        """The PromQL for ``name``: the spec's own, else the default with the selector."""
+    def scope(self, namespace: str, target: str) -> str:
+        """The label matchers that keep the default queries to the target's own pods."""
+        parts = []
+        if self.namespace_label:
+            parts.append(f'{self.namespace_label}="{namespace}"')
+        if self.pod_label:
+            # a StatefulSet's name is a DNS subdomain: "." is its only regex character
+            # (escaped once for the regex, once for PromQL's string)
+            parts.append(f'{self.pod_label}=~"{target.replace(".", chr(92) * 2 + ".")}-[0-9]+"')
+        if self.selector:
+            parts.append(self.selector)
+        return ",".join(parts)
+
+    def query(self, name: str, namespace: str, target: str) -> str:
+        """The PromQL for ``name``: the spec's own, else the default, scoped to the target."""
         if name in self.queries:
             return self.queries[name]
         if name not in DEFAULT_QUERIES:
             raise SpecError(f"no query {name!r} in spec.metrics.prometheus.queries",
                             "spec.metrics.prometheus.queries")
-        sel = f",{self.selector}" if self.selector else ""
-        return DEFAULT_QUERIES[name].format(selector=sel)
+        sel = self.scope(namespace, target)
+        by = f"max by ({self.pod_label}) " if self.pod_label else ""
+        return DEFAULT_QUERIES[name].format(selector="," + sel if sel else "", by=by)
 
 
 @dataclass(frozen=True)
@@ -118,6 +139,8 @@ class PolicySpec:
     stabilization_s: float = 300.0
     pvc_policy: str = "Retain"
     min_free_fraction: float = 0.2
+    #: room kept for compaction's temporary copies, as a fraction of a node's load
+    compaction_margin: float = 0.5
 
     @property
     def enforce(self) -> bool:
@@ -143,6 +166,18 @@ def _num(v: Any, where: str, lo: float | None = None, hi: float | None = None,
     if hi is not None and v > hi:
         raise SpecError(f"must be <= {hi:g}, got {v!r}", where)
     return float(v)
+
+
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def _label(p: dict[str, Any], key: str, default: str) -> str:
+    """A Prometheus label name, or "" (that part of the default queries' scope is off)."""
+    v = p.get(key, default)
+    if not isinstance(v, str) or (v and not _LABEL.match(v)):
+        raise SpecError(f"must be a Prometheus label name or \"\", got {v!r}",
+                        f"spec.metrics.prometheus.{key}")
+    return v
 
 
 def _enum(v: Any, allowed: tuple[str, ...], where: str) -> str:
@@ -255,7 +290,9 @@ def parse(spec: Any) -> PolicySpec:
                           warmup_s=parse_duration(p.get("warmup", "1m"),
                                                   "spec.metrics.prometheus.warmup"),
                           selector=str(p.get("selector", "")),
-                          queries={str(k): str(v) for k, v in queries.items()})
+                          queries={str(k): str(v) for k, v in queries.items()},
+                          namespace_label=_label(p, "namespaceLabel", "namespace"),
+                          pod_label=_label(p, "podLabel", "pod"))
     if mode == "Enforce" and prom is None:
         raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "
                         "evidence", "spec.metrics")
@@ -281,4 +318,6 @@ def parse(spec: Any) -> PolicySpec:
                          ("Retain", "Delete"), "spec.scaleDown.pvcPolicy"),
         min_free_fraction=_num(_get(down, "minFreeFraction", 0.2, "spec.scaleDown"),
                                "spec.scaleDown.minFreeFraction", 0, 0.9),
+        compaction_margin=_num(_get(down, "compactionMargin", 0.5, "spec.scaleDown"),
+                               "spec.scaleDown.compactionMargin", 0, 2),
     )

@@ -399,12 +399,16 @@ class OperatorController(Controller):
         self._ctx_interference = 0.0
         metrics = TraceMetrics.piecewise_linear(times[ok], values[ok], ctx.read_ratio,
                                                 cluster.total_bytes, self._interference)
+        # volumes that never bind the free-space check (the replay models no disk), and
+        # the policy's replication factor for the ring's one keyspace
         self.kube = SimulatedKube(cluster, self.namespace, self.store, pvc_template=None,
-                                  stream_mibps=ctx.cfg.max_migration_mibps)
+                                  stream_mibps=ctx.cfg.max_migration_mibps,
+                                  volume_bytes=4 * cluster.total_bytes())
+        self.kube.keyspaces = {"data": parse(spec).target.replication_factor}
         self.policies = MemoryPolicies.of(self.namespace, "policy", spec)
         self.runner = Runner(self.namespace, "policy", self.policies, self.kube,
                              lambda _spec: ctx.models, clock=lambda: self.kube.now_s,
-                             source=lambda _spec: metrics)
+                             source=lambda _spec, _ns: metrics)
 
     def _interference(self, _t: float) -> float:
         return self._ctx_interference

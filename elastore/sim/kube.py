@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from elastore.actuators.nodetool import stream_setting
+from elastore.actuators.nodetool import Replication, Ring, RingNode, stream_setting
 from elastore.actuators.ports import DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.metrics import Snapshot
@@ -54,6 +54,8 @@ class SimulatedKube:
         self.marked: set[str] = set()  # PVCs annotated as their node having left the ring
         self.refuse_decommission: str | None = None  # tests: the store refuses, saying this
         self.failures: dict[str, str] = {}
+        self.down: set[int] = set()  # tests: nodes nodetool status shows DN
+        self.keyspaces: dict[str, int] = {"ks": 3}  # name -> replication factor
         self.stream_mibps = stream_mibps  # every node's stream throttle
         self.decommissioned: set[int] = set()  # nodes that left the ring; their pod remains
         self.pvcs = {self._pvc(k) for k in range(self.spec_replicas)} - {None}
@@ -96,9 +98,12 @@ class SimulatedKube:
         self._sync()
         if (ns, name) != (self.namespace, self.name):
             return None
-        ready = sum(self._ready(k) for k in range(self.spec_replicas))
-        return StatefulSetFacts(name, self.spec_replicas, ready, self.spec_replicas,
+        return StatefulSetFacts(name, self.spec_replicas, self.ready_replicas, self.spec_replicas,
                                 self.pvc_template, self.volume_bytes, self.managed, self.owner)
+
+    @property
+    def ready_replicas(self) -> int:
+        return sum(self._ready(k) for k in range(self.spec_replicas))
 
     def contenders(self, ns: str, name: str, policy: str) -> list[str]:
         return sorted(self.others)
@@ -187,6 +192,28 @@ class SimulatedKube:
     def decommission_failure(self, ns: str, pod: str) -> str | None:
         return self.failures.get(pod) if ns == self.namespace else None
 
+    def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
+        """``nodetool status``/``describecluster``/``info`` as the simulated ring would print
+        them: every serving node UN (``down`` ones DN), a joining one UJ, a leaving one
+        UL; ``keyspaces`` at their replication factors."""
+        self._sync()
+        k = self._ordinal(ns, pod)
+        if k is None:
+            raise ElastoreError(f"pod {ns}/{pod} does not exist")
+        self.calls.append((self.now_s, f"ring {pod}"))
+        nodes = []
+        for j in range(self.spec_replicas):
+            mode = self.node_mode(ns, f"{self.name}-{j}", container, nodetool)
+            if mode is None or mode == "DECOMMISSIONED":
+                continue
+            state = {"NORMAL": "UN", "LEAVING": "UL", "JOINING": "UJ"}[mode]
+            if j in self.down:
+                state = "D" + state[1]
+            load = self.cluster.data[j] if j < self.cluster.serving else 0.0
+            nodes.append(RingNode(state, f"10.0.0.{j + 1}", load, _host_id(j), "dc1"))
+        return Ring(tuple(nodes), {name: Replication("SimpleStrategy", {"": rf})
+                                   for name, rf in self.keyspaces.items()}, _host_id(k))
+
     def mark_pvc(self, ns: str, name: str, value: str) -> None:
         self.calls.append((self.now_s, f"mark pvc {name}"))
         if ns == self.namespace and name in self.pvcs:
@@ -213,6 +240,8 @@ class TraceMetrics:
     end_s: float
     interference: Callable[[float], float] | None = None
     queries: int = 0
+    #: how many nodes report (a partial scrape); None: the source cannot tell
+    nodes: Callable[[], int | None] = lambda: None
 
     @classmethod
     def piecewise_linear(cls, times_s: FloatArray, values_rps: FloatArray,
@@ -235,12 +264,16 @@ class TraceMetrics:
         hist = np.array([self._at(at_s - (steps - 1 - j) * step_s) for j in range(steps)])
         return Snapshot(at_s=at_s, load_rps=load, read_ratio=self.read_ratio,
                         data_bytes=self.data_bytes(), migration_mibps=None,
-                        history_rps=hist, step_s=step_s)
+                        history_rps=hist, step_s=step_s, nodes=self.nodes())
 
     def scalar(self, name: str, at_s: float) -> float:
         if name == "interference" and self.interference is not None:
             return float(self.interference(at_s))
         raise MetricsError("MetricsMissing", f"the replay has no {name!r} series")
+
+
+def _host_id(k: int) -> str:
+    return f"00000000-0000-4000-8000-{k:012d}"
 
 
 def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> None:

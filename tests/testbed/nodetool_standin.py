@@ -9,6 +9,11 @@ node ``LEAVING`` for :data:`LEAVE_S` seconds and then ``DECOMMISSIONED`` (for
 ``setstreamthroughput`` succeeds. Every call is appended to ``calls.log``. While a file
 ``hold-<node>`` exists in that directory, a decommissioned node stays ``LEAVING`` (a test
 holds a decommission open to act during it).
+
+The ring a decommission is judged on, as Cassandra 5.0's nodetool prints it: ``status``
+lists nodes 0..k for a call in pod k (a scale-in always leaves from the highest ordinal),
+each UN with :data:`LOAD` (DN while a file ``down-<node>`` exists); ``describecluster``
+lists keyspace ``ks`` at RF 3; ``info`` gives the node's host ID.
 """
 
 from __future__ import annotations
@@ -20,6 +25,11 @@ from pathlib import Path
 
 LEAVE_S = 5.0
 FORGET_S = 60.0
+LOAD = "100.5 MiB"
+
+
+def host_id(k: int) -> str:
+    return f"5eed0000-0000-4000-8000-{k:012d}"
 
 
 def main(argv: list[str]) -> int:
@@ -51,6 +61,24 @@ def main(argv: list[str]) -> int:
         print(f"Mode: {mode}\nNot sending any streams.")
         return 0
     if argv[:1] == ["setstreamthroughput"]:
+        return 0
+    if argv[:1] == ["status"]:
+        print("Datacenter: dc1\n===============\nStatus=Up/Down\n"
+              "|/ State=Normal/Leaving/Joining/Moving\n"
+              "--  Address    Load       Tokens  Owns (effective)  Host ID"
+              "                               Rack")
+        for k in range(node + 1):
+            state = "DN" if (d / f"down-{k}").exists() else "UN"
+            print(f"{state}  10.0.0.{k + 1}  {LOAD}  16      {300 / (node + 1):.1f}%"
+                  f"             {host_id(k)}  rack1")
+        return 0
+    if argv[:1] == ["describecluster"]:
+        print("Cluster Information:\n\tName: standin\n\nKeyspaces:\n"
+              "\tks -> Replication class: SimpleStrategy {replication_factor=3}\n"
+              "\tsystem -> Replication class: LocalStrategy {}")
+        return 0
+    if argv[:1] == ["info"]:
+        print(f"ID                     : {host_id(node)}\nGossip active          : true")
         return 0
     print(f"nodetool stand-in: unsupported {' '.join(argv)}", file=sys.stderr)
     return 1
