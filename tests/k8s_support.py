@@ -277,6 +277,31 @@ class Prometheus:
             self.proc.wait(timeout=20)
 
 
+def install_namespaced(cp: ControlPlane, release: str, namespaces: tuple[str, ...],
+                       kc: Path) -> Path:
+    """The chart installed as ``release`` (in a namespace of that name, no Deployment) with
+    ``watchNamespaces``: Roles in those namespaces only. Returns a kubeconfig (at ``kc``) of
+    its ServiceAccount, to run the operator with exactly the chart's permissions."""
+    from testbed.k8s import ensure_helm, kubeconfig
+
+    helm = ensure_helm(print)
+    res = subprocess.run([str(helm), "install", release, str(REPO / "charts" / "elastore"),
+                          "--namespace", release, "--create-namespace",
+                          "--kubeconfig", str(cp.kubeconfig), "--set", "replicas=0",
+                          "--set", f"peering.name={release}",
+                          "--set", "watchNamespaces={" + ",".join(namespaces) + "}"],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, f"helm install {release}: {res.stderr}"
+    token = cp.kubectl("create", "token", release, "-n", release, "--duration=4h"
+                       ).stdout.strip()
+    return kubeconfig(cp.server, cp.root / "pki", kc, token=token, user=release)
+
+
+def namespaced_args(release: str, namespaces: tuple[str, ...]) -> tuple[str, ...]:
+    """``elastore operator run`` flags for :func:`install_namespaced`'s install."""
+    return ("--peering", release, *[a for ns in namespaces for a in ("--namespace", ns)])
+
+
 class OperatorProcess:
     """``elastore operator run`` as a process of its own (so it can be killed)."""
 

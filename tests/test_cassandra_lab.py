@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from elastore.actuators.nodetool import Ring, parse_mode, read_ring
 from elastore.errors import ElastoreError
 from elastore.lab import lab, netns
 from elastore.lab.tc import HtbShaper
+from elastore.models import ModelSet
+from elastore.operator.ringcheck import decommission_refusal
+from elastore.operator.runner import Runner
+from elastore.resources import builtin_model
+from elastore.sim.engine import Cluster
+from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics
+from elastore.units import GIB
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 NS = f"elastore-test-c-{os.getpid()}"
@@ -217,6 +226,143 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
     assert raw.count("migration,") == len(state.nodes) - 1  # one row per sender
 
 
+def _nodetool(state: lab.LabState, n: int) -> Callable[[str], str]:
+    """nodetool on lab node ``n``, as the operator runs it in that node's pod."""
+    from elastore.lab.cassandra import ensure_jars, nodetool
+
+    node = next(x for x in state.nodes if x.n == n)
+
+    def run(cmd: str) -> str:
+        res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, cmd)
+        if res.returncode != 0:
+            raise ElastoreError(f"nodetool {cmd} exited {res.returncode}: {res.stderr[-300:]}")
+        return res.stdout
+
+    return run
+
+
+def test_ring_refusals_on_real_cassandra(cluster: Path) -> None:
+    """The checks before every decommission, on what this Cassandra's nodetool prints in the
+    leaving node (node 3): the system keyspaces' replication (Cassandra counts them, so
+    must we), and the free space on the bytes each node really holds."""
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 3
+    lab.cql(state, "alter-system-rf", "3")  # what a production cluster runs with
+    ring = read_ring(_nodetool(state, 3))
+    assert [n.state for n in ring.nodes] == ["UN"] * 3
+    assert ring.self_id in {n.host_id for n in ring.nodes}
+    loads = [n.load_bytes for n in ring.nodes]
+    assert all(x is not None and x > 0 for x in loads), loads
+    refused = decommission_refusal(ring, GIB, 0.2, 0.5)
+    assert refused is not None and \
+        "keyspace system_distributed has RF 3 and 2 node(s) would remain" in refused
+    # Cassandra agrees: it refuses the same decommission itself
+    res = _decommission(state, 3)
+    assert res.returncode != 0 and "Not enough live nodes" in res.stdout + res.stderr, res
+    lab.cql(state, "alter-system-rf", "2")
+    ring = read_ring(_nodetool(state, 3))
+    assert decommission_refusal(ring, GIB, 0.2, 0.5) is None
+    # free space, on the load nodetool reports: a volume just too small for the fullest
+    # survivor's load plus its share of node 3's, plus the compaction margin
+    me = next(n for n in ring.nodes if n.host_id == ring.self_id)
+    worst = max(n.load_bytes or 0.0 for n in ring.nodes if n is not me)
+    need = (worst + (me.load_bytes or 0.0) / 2) * 1.5
+    tight = need / 0.8 * 0.98
+    refused = decommission_refusal(ring, tight, 0.2, 0.5)
+    assert refused is not None and refused.startswith("free space: "), refused
+    assert decommission_refusal(ring, need / 0.8 * 1.02, 0.2, 0.5) is None
+    assert "requests no storage size" in (decommission_refusal(ring, None, 0.2, 0.5) or "")
+
+
+def _decommission(state: lab.LabState, n: int) -> subprocess.CompletedProcess[str]:
+    from elastore.lab.cassandra import ensure_jars, nodetool
+
+    node = next(x for x in state.nodes if x.n == n)
+    return nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "decommission")
+
+
+class LabPort(SimulatedKube):
+    """The operator's ClusterPort over the lab: a StatefulSet of the lab's nodes (pod
+    ``db-k`` is node k+1), whose ring reads, decommissions and stream throttles are
+    real nodetool calls on real Cassandra. Test-only. ``after_ring`` runs once, right after
+    the operator's ring check (a human acting in between)."""
+
+    def __init__(self, state: lab.LabState, after_ring: Callable[[], None]) -> None:
+        super().__init__(Cluster.balanced(len(state.nodes), GIB, boot_s=30.0), "shop", "db",
+                         volume_bytes=GIB)
+        self.state, self.after_ring = state, after_ring
+        self.rings = 0
+
+    def _n(self, pod: str) -> int:
+        return int(pod.rsplit("-", 1)[1]) + 1
+
+    def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
+        r = read_ring(_nodetool(self.state, self._n(pod)))
+        self.rings += 1
+        if self.rings == 1:
+            self.after_ring()
+        return r
+
+    def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
+                  ) -> str | None:
+        return parse_mode(_nodetool(self.state, self._n(pod))("netstats"))
+
+    def start_decommission(self, ns: str, pod: str, container: str,
+                           nodetool: tuple[str, ...]) -> None:
+        self.calls.append((self.now_s, f"decommission {pod}"))
+        res = _decommission(self.state, self._n(pod))
+        if res.returncode != 0:
+            self.failures[pod] = (f"nodetool decommission exited {res.returncode}: "
+                                  f"{(res.stdout + res.stderr).strip()[-500:]}")
+
+    def set_stream_throughput(self, ns: str, pods: list[str], container: str,
+                              nodetool: tuple[str, ...], mibps: float) -> float:
+        return mibps
+
+
+def test_stuck_cassandra_refuses_a_decommission_and_the_loop_keeps_forecasting(
+        cluster: Path) -> None:
+    """The ring check passes (system keyspaces at RF 2, three nodes); then someone raises
+    them to RF 3 before the decommission is issued. Real Cassandra refuses it. The
+    operation ends Stuck with Cassandra's own words, the decommission is not re-issued,
+    and the loop keeps forecasting and deciding."""
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 3
+    lab.cql(state, "alter-system-rf", "2")
+    port = LabPort(state, lambda: lab.cql(state, "alter-system-rf", "3"))
+    spec = {"target": {"name": "db", "replicationFactor": 2}, "replicas": {"min": 2, "max": 3},
+            "slo": {"latencyMs": 30}, "mode": "Enforce", "controlPeriod": "60s",
+            "prediction": {"method": "persistence", "horizon": "60s", "step": "60s"},
+            "planner": {"mode": "Window"}, "scaleDown": {"stabilizationSeconds": 0},
+            "migration": {"nodeOverheadSeconds": 0},
+            "metrics": {"prometheus": {"url": "http://127.0.0.1:1"}}}
+    policies = MemoryPolicies.of("shop", "orders", spec)
+    metrics = TraceMetrics(lambda t: 10.0, 0.95, lambda: GIB, -7200.0, 1e9)
+    ms = ModelSet.load(builtin_model("placeholder"))
+    runner = Runner("shop", "orders", policies, port, lambda _spec: ms,
+                    clock=lambda: port.now_s, source=lambda _spec, _ns: metrics)
+    decisions = set()
+    while port.now_s < 1800 and (policies.status.get("operation") or {}).get("phase") != \
+            "Stuck":
+        runner.tick()
+        decisions.add(policies.status["lastDecision"]["epoch"])
+        port.now_s += 5.0
+    op = policies.status["operation"]
+    assert op is not None and op["phase"] == "Stuck", policies.status
+    assert "Not enough live nodes to maintain replication factor" in op["message"]
+    assert [c for _, c in port.calls if c.startswith("decommission")] == ["decommission db-2"]
+    first = len(decisions)
+    for _ in range(36):  # three more control periods
+        runner.tick()
+        decisions.add(policies.status["lastDecision"]["epoch"])
+        port.now_s += 5.0
+    assert len(decisions) >= first + 3  # still forecasting and deciding
+    assert [c for _, c in port.calls if c.startswith("decommission")] == ["decommission db-2"]
+    assert [r for r, _, w in policies.events if w].count("OperationStuck") == 1
+    ring = read_ring(_nodetool(state, 3))
+    assert [n.state for n in ring.nodes] == ["UN"] * 3  # the node never left
+
+
 def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 3
@@ -277,6 +423,22 @@ def test_decommission_refuses_below_rf(cluster: Path) -> None:
     assert str(err.value).endswith("and only 1 node(s) would remain")
     after = lab.LabState.load(cluster)
     assert after is not None and len(after.nodes) == 2  # nothing was touched
+
+
+def test_ring_refuses_while_a_node_is_down_on_real_cassandra(cluster: Path) -> None:
+    """The last use of the module's lab: node 1's JVM is stopped (by PID). Seen from node 2,
+    the ring has a DN node, and no decommission is judged safe."""
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 2
+    first, other = state.nodes
+    assert lab._stop(first.pid, first.root)
+    run = _nodetool(state, other.n)
+    deadline = time.monotonic() + 60
+    while "DN  " + first.spec.ip not in run("status"):
+        assert time.monotonic() < deadline, run("status")
+        time.sleep(2)
+    refused = decommission_refusal(read_ring(run), 100 * GIB, 0.2, 0.5)
+    assert refused == f"every node must be UN (up, normal): {first.spec.ip} is DN"
 
 
 def test_up_refuses_a_second_lab_and_down_is_idempotent(tmp_path: Path) -> None:

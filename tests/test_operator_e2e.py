@@ -39,7 +39,9 @@ from k8s_support import (
     OperatorProcess,
     events,
     get,
+    install_namespaced,
     kwok_exec_config,
+    namespaced_args,
     persistent_volumes,
     policy,
     start_control_plane,
@@ -55,6 +57,7 @@ from elastore.resources import builtin_model
 pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
 LAB_NS = f"elastore-test-op-{os.getpid()}"
 NS, STS, POLICY = "store", "cass", "cass-elastic"
+RELEASE = "elastore-e2e"
 ROWS, VALUE_BYTES = 2000, 10 * 1024  # the known data set: ~20 MiB, RF 3
 HOUR_S = 20.0  # replay seconds per trace hour
 STEP = "20s"  # the predictor's step: one trace hour
@@ -76,6 +79,7 @@ class Run:
     written: dict[str, Any]
     slo_ms: float
     peak_rps: float
+    sa_kubeconfig: Path
     operators: list[OperatorProcess] = field(default_factory=list)
     samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
@@ -92,8 +96,11 @@ class Run:
         return [x for x in lines if x.split()[2:3] == [what]]
 
     def start_operator(self, identity: str) -> OperatorProcess:
-        op = OperatorProcess(self.cp.kubeconfig, self.root / f"{identity}.log",
-                             extra_env={"ELASTORE_IDENTITY": identity}, lifetime_s=10)
+        """An operator with exactly the chart's permissions (a namespaced install's
+        ServiceAccount): every permission Enforce uses is exercised on real Cassandra."""
+        op = OperatorProcess(self.sa_kubeconfig, self.root / f"{identity}.log",
+                             extra_env={"ELASTORE_IDENTITY": identity}, lifetime_s=10,
+                             args=namespaced_args(RELEASE, (NS,)))
         self.operators.append(op)
         return op
 
@@ -179,7 +186,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
                                 env=dict(os.environ, ELASTORE_LAB_DIR=str(lab_dir)),
                                 stdout=(root / "load.log").open("ab"),
                                 stderr=subprocess.STDOUT, start_new_session=True)
-        r = Run(cp, lab_dir, root, fwd, agent, load, written, slo, peak)
+        # the operator runs with the chart's ServiceAccount (watchNamespaces: this one)
+        sa = install_namespaced(cp, RELEASE, (NS,), root / "sa.kubeconfig")
+        r = Run(cp, lab_dir, root, fwd, agent, load, written, slo, peak, sa)
         threading.Thread(target=_sampler, args=(r,), daemon=True).start()
         r.start_operator("op-1")
         cp.kubectl("apply", "-f", "-", stdin=policy(
