@@ -416,6 +416,13 @@ def test_stuck_past_its_deadline_or_refused_and_then_nothing_more() -> None:
     s, eff, _ = operation.advance(out, facts(spec_replicas=4, decommission_failed=why),
                                   1.0 + operation.REISSUE_AFTER_S + 1)
     assert (eff, s.phase) == ("stuck", "Stuck") and "Not enough live nodes" in s.message
+    # Cassandra 5.0 says so itself: the node is DECOMMISSION_FAILED, not NORMAL (found on
+    # the lab's 5.0.4); with or without the exec's own failure (an operator restarted)
+    for failed in (why, None):
+        s, eff, _ = operation.advance(out, facts(spec_replicas=4, node_mode="DECOMMISSION_FAILED",
+                                                 decommission_failed=failed), 5.0)
+        assert (eff, s.phase) == ("stuck", "Stuck"), s
+        assert (failed or "its node reports DECOMMISSION_FAILED") in s.message
 
 
 # -- the ring before a decommission (issue 15, item 5) ---------------------------------------------

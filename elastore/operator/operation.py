@@ -35,6 +35,8 @@ from elastore.errors import ElastoreError
 from elastore.operator.status import iso
 
 Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck"]
+#: the ring mode of a node whose decommission failed (Cassandra 5.0+; netstats' ``Mode:``)
+DECOMMISSION_FAILED = "DECOMMISSION_FAILED"
 REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
 #: an operation's deadline: this many times what the migration-time model expects, plus
 #: DEADLINE_MARGIN_S (pods scheduling, JVMs starting, a slow first stream)
@@ -178,10 +180,14 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
                             f"{op.phase} expects {want}; touching nothing until it is back "
                             "or the operation is aborted"), "conflict", False
 
-    if op.kind == "ScaleIn" and op.phase == "Decommissioning" and facts.decommission_failed \
-            and facts.node_mode == "NORMAL":
-        return at("Stuck", f"the decommission of {op.pod} failed: "
-                           f"{facts.decommission_failed}; not re-issued"), "stuck", False
+    if op.kind == "ScaleIn" and op.phase == "Decommissioning" and (
+            facts.node_mode == DECOMMISSION_FAILED or
+            (facts.decommission_failed and facts.node_mode == "NORMAL")):
+        # Cassandra 5.0 puts a node whose decommission it refused in DECOMMISSION_FAILED
+        # (measured on the lab's 5.0.4, refused for RF); before 5.0 it stays NORMAL
+        why = facts.decommission_failed or f"its node reports {DECOMMISSION_FAILED}"
+        return at("Stuck", f"the decommission of {op.pod} failed: {why}; not re-issued"), \
+            "stuck", False
     if op.deadline_s is not None and now_s > op.deadline_s:
         return at("Stuck", f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its "
                            f"deadline {iso(op.deadline_s)} in phase {op.phase} "
