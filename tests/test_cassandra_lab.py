@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from elastore.actuators.nodetool import Ring, parse_mode, read_ring
+from elastore.actuators.nodetool import Ring, failure_summary, parse_mode, read_ring
 from elastore.errors import ElastoreError
 from elastore.lab import lab, netns
 from elastore.lab.tc import HtbShaper
@@ -241,39 +241,6 @@ def _nodetool(state: lab.LabState, n: int) -> Callable[[str], str]:
     return run
 
 
-def test_ring_refusals_on_real_cassandra(cluster: Path) -> None:
-    """The checks before every decommission, on what this Cassandra's nodetool prints in the
-    leaving node (node 3): the system keyspaces' replication (Cassandra counts them, so
-    must we), and the free space on the bytes each node really holds."""
-    state = lab.LabState.load(cluster)
-    assert state is not None and len(state.nodes) == 3
-    lab.cql(state, "alter-system-rf", "3")  # what a production cluster runs with
-    ring = read_ring(_nodetool(state, 3))
-    assert [n.state for n in ring.nodes] == ["UN"] * 3
-    assert ring.self_id in {n.host_id for n in ring.nodes}
-    loads = [n.load_bytes for n in ring.nodes]
-    assert all(x is not None and x > 0 for x in loads), loads
-    refused = decommission_refusal(ring, GIB, 0.2, 0.5)
-    assert refused is not None and \
-        "keyspace system_distributed has RF 3 and 2 node(s) would remain" in refused
-    # Cassandra agrees: it refuses the same decommission itself
-    res = _decommission(state, 3)
-    assert res.returncode != 0 and "Not enough live nodes" in res.stdout + res.stderr, res
-    lab.cql(state, "alter-system-rf", "2")
-    ring = read_ring(_nodetool(state, 3))
-    assert decommission_refusal(ring, GIB, 0.2, 0.5) is None
-    # free space, on the load nodetool reports: a volume just too small for the fullest
-    # survivor's load plus its share of node 3's, plus the compaction margin
-    me = next(n for n in ring.nodes if n.host_id == ring.self_id)
-    worst = max(n.load_bytes or 0.0 for n in ring.nodes if n is not me)
-    need = (worst + (me.load_bytes or 0.0) / 2) * 1.5
-    tight = need / 0.8 * 0.98
-    refused = decommission_refusal(ring, tight, 0.2, 0.5)
-    assert refused is not None and refused.startswith("free space: "), refused
-    assert decommission_refusal(ring, need / 0.8 * 1.02, 0.2, 0.5) is None
-    assert "requests no storage size" in (decommission_refusal(ring, None, 0.2, 0.5) or "")
-
-
 def _decommission(state: lab.LabState, n: int) -> subprocess.CompletedProcess[str]:
     from elastore.lab.cassandra import ensure_jars, nodetool
 
@@ -313,7 +280,7 @@ class LabPort(SimulatedKube):
         res = _decommission(self.state, self._n(pod))
         if res.returncode != 0:
             self.failures[pod] = (f"nodetool decommission exited {res.returncode}: "
-                                  f"{(res.stdout + res.stderr).strip()[-500:]}")
+                                  f"{failure_summary(res.stdout, res.stderr)}")
 
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
@@ -361,6 +328,40 @@ def test_stuck_cassandra_refuses_a_decommission_and_the_loop_keeps_forecasting(
     assert [r for r, _, w in policies.events if w].count("OperationStuck") == 1
     ring = read_ring(_nodetool(state, 3))
     assert [n.state for n in ring.nodes] == ["UN"] * 3  # the node never left
+
+
+def test_ring_refusals_on_real_cassandra(cluster: Path) -> None:
+    """The checks before every decommission, on what this Cassandra's nodetool prints in the
+    leaving node (node 3): the system keyspaces' replication (Cassandra counts them, so
+    must we), and the free space on the bytes each node really holds."""
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 3
+    lab.cql(state, "alter-system-rf", "3")  # what a production cluster runs with
+    ring = read_ring(_nodetool(state, 3))
+    assert [n.state for n in ring.nodes] == ["UN"] * 3
+    assert ring.self_id in {n.host_id for n in ring.nodes}
+    loads = [n.load_bytes for n in ring.nodes]
+    assert all(x is not None and x > 0 for x in loads), loads
+    refused = decommission_refusal(ring, GIB, 0.2, 0.5)
+    assert refused is not None and \
+        "keyspace system_distributed has RF 3 and 2 node(s) would remain" in refused
+    # Cassandra agrees: it refuses the same decommission itself (exit 1; node 3 is then in
+    # mode DECOMMISSION_FAILED, which the throttled decommission below resumes)
+    res = _decommission(state, 3)
+    assert res.returncode != 0 and "Not enough live nodes" in res.stdout + res.stderr, res
+    lab.cql(state, "alter-system-rf", "2")
+    ring = read_ring(_nodetool(state, 3))
+    assert decommission_refusal(ring, GIB, 0.2, 0.5) is None
+    # free space, on the load nodetool reports: a volume just too small for the fullest
+    # survivor's load plus its share of node 3's, plus the compaction margin
+    me = next(n for n in ring.nodes if n.host_id == ring.self_id)
+    worst = max(n.load_bytes or 0.0 for n in ring.nodes if n is not me)
+    need = (worst + (me.load_bytes or 0.0) / 2) * 1.5
+    tight = need / 0.8 * 0.98
+    refused = decommission_refusal(ring, tight, 0.2, 0.5)
+    assert refused is not None and refused.startswith("free space: "), refused
+    assert decommission_refusal(ring, need / 0.8 * 1.02, 0.2, 0.5) is None
+    assert "requests no storage size" in (decommission_refusal(ring, None, 0.2, 0.5) or "")
 
 
 def test_throttled_decommission_loses_nothing(cluster: Path) -> None:

@@ -516,3 +516,24 @@ def test_ring_refuse_a_decommission_the_cluster_cannot_take(
         assert got is None
     else:
         assert got is not None and says in got, got
+
+
+def test_stuck_a_failed_nodetool_is_summed_up_by_its_error_line() -> None:
+    """nodetool prints ``error: <why>`` and then the Java stack trace: the trace's tail is
+    frames, so the status and the Event carry the error line."""
+    stderr = ("error: Not enough live nodes to maintain replication factor in keyspace "
+              "system_distributed (RF = 3, N = 3). Perform a forceful decommission to "
+              "ignore.\n-- StackTrace --\njava.lang.UnsupportedOperationException: Not "
+              "enough live nodes\n" + "\tat org.apache.cassandra.service.StorageService."
+              "decommission(StorageService.java:5412)\n" * 40)
+    stdout = "15:12:28.424 [main] DEBUG io.netty.util.internal.logging - Using SLF4J\n"
+    assert nodetool.failure_summary(stdout, stderr) == (
+        "Not enough live nodes to maintain replication factor in keyspace "
+        "system_distributed (RF = 3, N = 3). Perform a forceful decommission to ignore.")
+    # Cassandra 5.0.4's own refusal (measured: exit 1, the node then DECOMMISSION_FAILED)
+    refused = ("nodetool: Unsupported operation: Not enough live nodes to maintain "
+               "replication factor in keyspace system_distributed (RF = 3, N = 3). Perform a "
+               "forceful decommission to ignore.")
+    assert nodetool.failure_summary(stdout, refused + "\nSee 'nodetool help' or 'nodetool "
+                                    "help <command>'.\n") == refused
+    assert nodetool.failure_summary("", "") == "(no output)"

@@ -18,7 +18,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from elastore.actuators.nodetool import Ring, parse_mode, read_ring, stream_setting
+from elastore.actuators.nodetool import (
+    Ring,
+    failure_summary,
+    parse_mode,
+    read_ring,
+    stream_setting,
+)
 from elastore.actuators.ports import (
     LEFT_RING_ANNOTATION,
     MANAGED_LABEL,
@@ -241,11 +247,11 @@ class KubeActuator:
             try:
                 res = self.nodetool(ns, pod, container, nodetool, "decommission",
                                     timeout_s=24 * 3600)
-                tail = (res.stdout + res.stderr).strip()[-500:]
-                log.info("decommission of %s/%s returned %s: %s", ns, pod, res.rc, tail)
+                said = failure_summary(res.stdout, res.stderr)
+                log.info("decommission of %s/%s returned %s: %s", ns, pod, res.rc, said)
                 if res.rc != 0:
                     self._failures[(ns, pod)] = f"nodetool decommission exited {res.rc}: " \
-                                                f"{tail or '(no output)'}"
+                                                f"{said}"
             except ElastoreError as exc:
                 log.warning("decommission of %s/%s: %s", ns, pod, exc)
                 self._failures[(ns, pod)] = str(exc)[:500]
@@ -263,7 +269,7 @@ class KubeActuator:
             res = self.nodetool(ns, pod, container, nodetool, cmd, timeout_s=120)
             if res.rc != 0:
                 raise ElastoreError(f"nodetool {cmd} in {ns}/{pod} exited {res.rc}: "
-                                    f"{(res.stdout + res.stderr).strip()[-300:]}")
+                                    f"{failure_summary(res.stdout, res.stderr, 300)}")
             return res.stdout
 
         return read_ring(run)
@@ -277,7 +283,7 @@ class KubeActuator:
             res = self.nodetool(ns, p, container, nodetool, "setstreamthroughput", *args,
                                 timeout_s=60)
             if res.rc != 0:
-                failed.append(f"{p}: {(res.stdout + res.stderr).strip()[-200:]}")
+                failed.append(f"{p}: {failure_summary(res.stdout, res.stderr, 200)}")
         if failed:
             raise ElastoreError("setstreamthroughput failed on " + "; ".join(failed))
         return applied

@@ -36,6 +36,19 @@ def stream_setting(mibps: float) -> tuple[list[str], float]:
     return [str(whole_mbit)], by_mbit
 
 
+def failure_summary(stdout: str, stderr: str, limit: int = 500) -> str:
+    """What a failed nodetool call says, in a line: its ``error:`` line (nodetool prints the
+    Java stack trace after it, so the output's tail is frames, not the reason), else the
+    last lines that are not its own DEBUG logging."""
+    lines = [x.rstrip() for x in (stdout + "\n" + stderr).splitlines() if x.strip()]
+    for line in lines:
+        if line.startswith("error:"):
+            return line[len("error:"):].strip()[:limit]
+    useful = [x for x in lines if " DEBUG " not in x and not x.startswith("\tat ") and
+              not x.startswith("See 'nodetool help")]
+    return " | ".join(useful)[-limit:] or "(no output)"
+
+
 _MODE = re.compile(r"^\s*Mode:\s*([A-Z_]+)", re.MULTILINE)
 
 
