@@ -11,8 +11,11 @@
 {{- end -}}
 
 {{- define "elastore.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "elastore.selector" . }}
+{{ include "elastore.commonLabels" . }}
+{{- end -}}
+
+{{- define "elastore.commonLabels" -}}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
@@ -21,4 +24,32 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "elastore.selector" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+
+{{- /*
+The node agent (agent-*.yaml). Its pods must never match the operator's selector (name +
+instance: the Deployment's is immutable, so it cannot gain a component label): they carry
+another app.kubernetes.io/name, <chart>-agent, and component: agent; part-of ties them to
+the release's application. The operator's pods lack component: agent, so the agent's
+selector does not match them either.
+*/ -}}
+{{- define "elastore.agent.fullname" -}}
+{{- printf "%s-agent" (include "elastore.fullname" . | trunc 57 | trimSuffix "-") -}}
+{{- end -}}
+
+{{- define "elastore.agent.serviceAccountName" -}}
+{{- default (include "elastore.agent.fullname" .) .Values.agent.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "elastore.agent.selector" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}-agent
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "elastore.agent.labels" -}}
+{{ include "elastore.agent.selector" . }}
+app.kubernetes.io/part-of: {{ .Chart.Name }}
+{{ include "elastore.commonLabels" . }}
 {{- end -}}
