@@ -13,7 +13,7 @@ import os
 from elastore.lab import netns
 from elastore.lab.flow import concurrent_rates, mean_rate
 from elastore.lab.flow import measure as flow
-from elastore.lab.tc import HtbShaper
+from elastore.actuators.tc import HtbShaper
 
 
 def main() -> None:

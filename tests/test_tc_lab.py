@@ -14,7 +14,7 @@ import pytest
 from elastore.errors import ElastoreError
 from elastore.lab import netns
 from elastore.lab.flow import concurrent_rates, mean_rate, measure
-from elastore.lab.tc import HtbShaper
+from elastore.actuators.tc import HtbShaper
 
 pytestmark = pytest.mark.lab
 NS = f"elastore-test-tc-{os.getpid()}"

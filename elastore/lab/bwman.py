@@ -4,7 +4,7 @@
   counters) and the outgoing streaming rate, from the lab's Prometheus. A node without a
   series is an error for that period, never a zero: nothing is actuated on missing data.
 * **Decide:** :func:`elastore.planner.bwman.decide`, per node.
-* **Actuate:** the lab's tc (:mod:`elastore.lab.tc`) guarantees the client class (port
+* **Actuate:** the lab's tc (:mod:`elastore.actuators.tc`) guarantees the client class (port
   9042) and the storage class (port 7000) their shares; ``setstreamthroughput`` sets the
   migration rate.
 """

@@ -187,7 +187,7 @@ def run_bandwidth_profile(points: list[BwPoint], out: Path, *, point_s: float = 
     write the reduced curves to ``out``."""
     from elastore.lab import lab
     from elastore.lab.profile import _Appender
-    from elastore.lab.tc import HtbShaper
+    from elastore.actuators.tc import HtbShaper
 
     state = lab.LabState.load(lab.lab_dir())
     if state is None or len(state.nodes) < 2:

@@ -77,10 +77,11 @@ def send(host: str, port: int, seconds: float, source: str = "") -> None:
 
 def measure(ns: str, host: str, port: int, seconds: float,
             during: list[tuple[float, Callable[[], object]]] | None = None,
-            source: str = "") -> list[tuple[float, float]]:
-    """Run a receiver on ``host:port`` and a sender inside namespace ``ns``; return
-    (t, Mbit/s) per 0.25 s interval. ``during``: (seconds after the start, action) to run
-    while the flow goes on, e.g. a live rate change. ``source``: see :func:`send`."""
+            source: str = "", send_ns: str | None = None) -> list[tuple[float, float]]:
+    """Run a receiver on ``host:port`` and a sender inside namespace ``ns`` (the sender in
+    ``send_ns`` instead, if given: across a veth); return (t, Mbit/s) per 0.25 s interval.
+    ``during``: (seconds after the start, action) to run while the flow goes on, e.g. a live
+    rate change. ``source``: see :func:`send`."""
     from elastore.errors import ElastoreError
     from elastore.lab import netns
 
@@ -93,7 +94,7 @@ def measure(ns: str, host: str, port: int, seconds: float,
         first = recv_p.stdout.readline()
         if "listening" not in first:
             raise ElastoreError(f"throughput probe did not start in {ns}: {first!r}")
-        send_p = subprocess.Popen(netns.command(ns, [*py, "send", host, str(port),
+        send_p = subprocess.Popen(netns.command(send_ns or ns, [*py, "send", host, str(port),
                                                      str(seconds + 1), source]))
         t0 = time.monotonic()
         for at, action in sorted(during or [], key=lambda p: p[0]):

@@ -358,7 +358,7 @@ def bwman_loop(models: Any, cfg: Any, d: Path | None = None,
     split. Without BwMan the same NIC is one FIFO (``HtbShaper(split=False)``).
     ``queue_bytes`` bounds every class's queue (the default: a 1000-frame NIC queue)."""
     from elastore.lab.bwman import BwManLoop, prometheus_query
-    from elastore.lab.tc import HtbShaper
+    from elastore.actuators.tc import HtbShaper
 
     d = d or lab_dir()
     state = _require(d)

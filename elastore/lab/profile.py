@@ -183,7 +183,7 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
     rows to ``out`` and bandwidth rows to :func:`bandwidth_path` of it."""
     from elastore.lab import lab
     from elastore.lab.cassandra import ensure_jars, nodetool
-    from elastore.lab.tc import HtbShaper
+    from elastore.actuators.tc import HtbShaper
 
     d = lab.lab_dir()
     state = lab.LabState.load(d)

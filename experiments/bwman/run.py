@@ -131,7 +131,7 @@ def control(args: argparse.Namespace) -> None:
     from elastore.errors import ElastoreError
     from elastore.lab import lab
     from elastore.lab.bwman import ActuationError
-    from elastore.lab.tc import HtbShaper
+    from elastore.actuators.tc import HtbShaper
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
     from elastore.planner.bwman import BwManConfig
