@@ -1,4 +1,4 @@
-# The operator image: `elastore operator run`. Build: docker build -t ghcr.io/elastore/elastore:0.1.0 .
+# The operator's and the node agent's image: `elastore operator run`, `elastore agent run`. Build: docker build -t ghcr.io/elastore/elastore:0.1.0 .
 # (Not built by this repo's CI: its machines have no container engine. The chart's tests run
 # the same entry point, `elastore operator run`, as a process against a real API server.)
 FROM python:3.11-slim
@@ -7,7 +7,7 @@ COPY pyproject.toml README.md ./
 COPY elastore ./elastore
 # a regular install: the CRD and the models are package data (elastore/resources.py); the
 # test bed (tests/testbed) is not in the package (tests/test_packaging.py checks the wheel)
-RUN pip install --no-cache-dir '.[operator]' && useradd --uid 65532 --no-create-home elastore
+RUN pip install --no-cache-dir '.[operator,agent]' && useradd --uid 65532 --no-create-home elastore
 USER 65532
 ENTRYPOINT ["elastore"]
 CMD ["operator", "run"]

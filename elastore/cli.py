@@ -32,6 +32,7 @@ def main() -> None:
 
 def register() -> None:
     """Attach every command group (imported late so ``--help`` stays fast)."""
+    from elastore.agent.cli import agent_group
     from elastore.lab.cli import lab_group
     from elastore.lab.loadcli import load_group
     from elastore.models.cli import models
@@ -40,7 +41,8 @@ def register() -> None:
     from elastore.sim.cli import simulate_cmd
     from elastore.traces.cli import trace
 
-    for cmd in (trace, predict, models, simulate_cmd, lab_group, load_group, operator_group):
+    for cmd in (trace, predict, models, simulate_cmd, lab_group, load_group, operator_group,
+                agent_group):
         cli.add_command(cmd)
 
 

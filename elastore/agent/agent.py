@@ -1,0 +1,367 @@
+"""The node agent's loop: read the API, work out the wanted shaping (:mod:`.desired`), make
+the node's tc match it (:class:`elastore.actuators.tc.PodShaper`), export what it did.
+
+Every period (default 5 s) it lists the pods on its node (field selector ``spec.nodeName``)
+and the ElasticPolicies, then for each pod to shape finds the host end of its veth by a route
+lookup of the pod IP, and installs or corrects the pod's HTBs. Whatever of its own it finds
+that is no longer wanted (a pod gone, a policy gone, a pod no longer on a direct route) is
+removed. Its own state is recognisable in the kernel (HTB major ``e5a``, ingress filter
+priority 0xe5a, ifb devices ``esifb<N>``), so a restarted agent adopts what a killed one left
+(correcting it where it differs) and removes what nobody wants. On SIGTERM it removes all of
+it and exits.
+
+When the API cannot be read, nothing is changed: a pod is never unshaped, or reshaped, on
+missing information.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from elastore.actuators.tc import (
+    AGENT_CLIENT,
+    AGENT_OTHER,
+    AGENT_STORAGE,
+    IFB_PREFIX,
+    PodShaper,
+    ifb_name,
+)
+from elastore.agent.desired import PodTarget, Problem, desired
+from elastore.errors import ElastoreError
+
+log = logging.getLogger("elastore.agent")
+
+CLASS_NAMES = {AGENT_CLIENT: "client", AGENT_STORAGE: "storage", AGENT_OTHER: "other"}
+
+
+class ApiReader(Protocol):
+    def pods(self, node: str) -> list[dict[str, Any]]: ...
+
+    def policies(self) -> list[dict[str, Any]]: ...
+
+
+class KubeReader:
+    """Reads pods on a node and ElasticPolicies through the kubernetes client (in-cluster,
+    else the kubeconfig); ``namespaces`` empty: the whole cluster."""
+
+    def __init__(self, namespaces: tuple[str, ...] = (), kubeconfig: str | None = None,
+                 timeout_s: float = 10.0) -> None:
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()  # type: ignore[no-untyped-call]
+        except config.ConfigException:
+            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        api = client.ApiClient()
+        self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.namespaces, self.timeout_s = namespaces, timeout_s
+
+    def pods(self, node: str) -> list[dict[str, Any]]:
+        sel = f"spec.nodeName={node}"
+        core: Any = self.core
+        api = core.api_client
+        if not self.namespaces:
+            items = core.list_pod_for_all_namespaces(field_selector=sel,
+                                                     _request_timeout=self.timeout_s).items
+        else:
+            items = [p for ns in self.namespaces
+                     for p in core.list_namespaced_pod(ns, field_selector=sel,
+                                                       _request_timeout=self.timeout_s).items]
+        return [api.sanitize_for_serialization(p) for p in items]
+
+    def policies(self) -> list[dict[str, Any]]:
+        from elastore.actuators.k8s import POLICY_API
+
+        group, version = POLICY_API
+        custom: Any = self.custom
+        if not self.namespaces:
+            res = custom.list_cluster_custom_object(group, version, "elasticpolicies",
+                                                         _request_timeout=self.timeout_s)
+            return list(res.get("items", []))
+        out: list[dict[str, Any]] = []
+        for ns in self.namespaces:
+            res = custom.list_namespaced_custom_object(group, version, ns,
+                                                            "elasticpolicies",
+                                                            _request_timeout=self.timeout_s)
+            out += res.get("items", [])
+        return out
+
+
+@dataclass
+class PodShaped:
+    target: PodTarget
+    host_ifindex: int
+    host_ifname: str
+    ifb_ifindex: int | None
+
+
+@dataclass
+class Report:
+    """One reconcile: what was shaped, what was done, what went wrong."""
+
+    shaped: dict[str, PodShaped] = field(default_factory=dict)
+    actions: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+    api_ok: bool = True
+    seconds: float = 0.0
+
+
+class Agent:
+    def __init__(self, reader: ApiReader, netlink: Callable[[], Any], node: str,
+                 metrics: AgentMetrics | None = None) -> None:
+        self.reader, self.netlink, self.node = reader, netlink, node
+        self.metrics = metrics
+        self.last: Report | None = None
+        self.last_loop = 0.0
+
+    def reconcile(self) -> Report:
+        t0 = time.monotonic()
+        rep = Report()
+        try:
+            policies = self.reader.policies()
+            pods = self.reader.pods(self.node)
+        except Exception as exc:
+            rep.api_ok = False
+            rep.problems.append(Problem("ApiUnreadable", f"the API could not be read "
+                                        f"({type(exc).__name__}: {str(exc)[:300]}): "
+                                        "nothing changed"))
+            return self._done(rep, t0)
+        targets, rep.problems = desired(policies, pods, self.node)
+        ipr = self.netlink()
+        try:
+            self._apply(PodShaper(ipr), targets, rep)
+        finally:
+            ipr.close()
+        return self._done(rep, t0)
+
+    def _apply(self, shaper: PodShaper, targets: dict[str, PodTarget], rep: Report) -> None:
+        inv = shaper.inventory()
+        by_if: dict[int, list[PodTarget]] = {}
+        for t in targets.values():
+            idx = shaper.route_interface(t.ip)
+            name = inv.names.get(idx or -1, "")
+            if idx is None:
+                rep.problems.append(Problem("NoRoute", f"pod {t.key}: no direct route to "
+                                            f"{t.ip} on this node"))
+            elif name == "lo" or name.startswith(IFB_PREFIX):
+                rep.problems.append(Problem("NoRoute", f"pod {t.key}: {t.ip} routes via "
+                                            f"{name}, not a pod interface"))
+            else:
+                by_if.setdefault(idx, []).append(t)
+        keep: set[int] = set()
+        for idx, ts in by_if.items():
+            if len(ts) > 1:
+                # a bridge or a shared device: shaping it would shape several pods as one
+                rep.problems.append(Problem("InterfaceShared", f"{inv.names.get(idx)} carries "
+                                            f"pods {', '.join(t.key for t in ts)}: not "
+                                            "shaped (needs a routed CNI, one veth per pod)"))
+                continue
+            t = ts[0]
+            keep.add(idx)
+            try:
+                for a in shaper.shape(idx, t.rates, t.ports):
+                    rep.actions.append(f"{t.key} ({inv.names.get(idx)}): {a}")
+            except Exception as exc:
+                rep.problems.append(Problem("ShapeFailed", f"pod {t.key} on "
+                                            f"{inv.names.get(idx)}: {exc}"))
+                continue
+            ifb = shaper.ipr.link_lookup(ifname=ifb_name(idx))
+            rep.shaped[t.key] = PodShaped(t, idx, inv.names.get(idx, str(idx)),
+                                          int(ifb[0]) if ifb else None)
+        for a in self._remove(shaper, inv, keep):
+            rep.actions.append(a)
+
+    def _remove(self, shaper: PodShaper, inv: Any, keep: set[int]) -> Iterator[str]:
+        """Everything of ours not wanted: HTBs and redirects on other interfaces, ifbs of
+        interfaces not kept."""
+        wanted_ifbs = {ifb_name(i) for i in keep}
+        for idx in sorted(inv.interfaces() - keep):
+            try:
+                for a in shaper.unshape(idx, ifb=ifb_name(idx)):
+                    yield f"not wanted: {a}"
+            except Exception as exc:
+                yield f"removing from {inv.names.get(idx)} failed: {exc}"
+        for name in sorted(inv.ifbs):
+            if name in wanted_ifbs:
+                continue
+            if shaper.ipr.link_lookup(ifname=name):
+                for a in shaper.unshape(None, ifb=name):
+                    yield f"not wanted: {a}"
+
+    def _done(self, rep: Report, t0: float) -> Report:
+        rep.seconds = time.monotonic() - t0
+        self.last = rep
+        self.last_loop = time.monotonic()
+        for a in rep.actions:
+            log.info("%s", a)
+        for p in rep.problems:
+            log.warning("%s: %s", p.reason, p.message)
+        if self.metrics is not None:
+            self.metrics.record(rep)
+        return rep
+
+    def cleanup(self) -> list[str]:
+        """Remove every piece of the agent's tc state on the node (SIGTERM, uninstall)."""
+        ipr = self.netlink()
+        try:
+            shaper = PodShaper(ipr)
+            done = list(self._remove(shaper, shaper.inventory(), set()))
+        finally:
+            ipr.close()
+        for a in done:
+            log.info("cleanup: %s", a)
+        return done
+
+    def stats(self) -> dict[tuple[str, str, str], int]:
+        """Bytes per (pod key, direction, class) from the kernel, for the last shaped pods."""
+        rep = self.last
+        if rep is None or not rep.shaped:
+            return {}
+        out: dict[tuple[str, str, str], int] = {}
+        ipr = self.netlink()
+        try:
+            shaper = PodShaper(ipr)
+            for key, s in rep.shaped.items():
+                for direction, idx in (("to_pod", s.host_ifindex),
+                                       ("from_pod", s.ifb_ifindex)):
+                    if idx is None:
+                        continue
+                    for h, st in shaper.class_stats(idx).items():
+                        if h in CLASS_NAMES:
+                            out[(key, direction, CLASS_NAMES[h])] = st["bytes"]
+        finally:
+            ipr.close()
+        return out
+
+    def run(self, period_s: float, stop: threading.Event) -> None:
+        """Reconcile every ``period_s`` until ``stop``; then remove everything of ours."""
+        while not stop.is_set():
+            try:
+                self.reconcile()
+            except Exception as exc:  # netlink gone wrong: counted, retried next period
+                log.exception("reconcile failed")
+                rep = Report(problems=[Problem("ReconcileFailed",
+                                               f"{type(exc).__name__}: {exc}")])
+                self._done(rep, time.monotonic())
+            stop.wait(period_s)
+        self.cleanup()
+
+
+class AgentMetrics:
+    """``/metrics``: per shaped pod, each class's rate setting and bytes (both directions);
+    reconcile errors by reason, reconcile time, pods shaped."""
+
+    def __init__(self, agent_node: str) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.node = agent_node
+        self.errors = Counter("elastore_agent_reconcile_errors", "Problems met while "
+                              "reconciling, by reason", ["reason"], registry=self.registry)
+        self.seconds = Histogram("elastore_agent_reconcile_seconds", "Time of one reconcile",
+                                 registry=self.registry,
+                                 buckets=(.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5))
+        self.shaped = Gauge("elastore_agent_pods_shaped", "Pods shaped on this node",
+                            registry=self.registry)
+        self.last_ok = Gauge("elastore_agent_last_reconcile_timestamp_seconds",
+                             "When the last reconcile that could read the API ended",
+                             registry=self.registry)
+        self.rate = Gauge("elastore_agent_class_rate_mbit", "A class's guaranteed rate, "
+                          "Mbit/s", ["namespace", "pod", "direction", "class"],
+                          registry=self.registry)
+        self.agent: Agent | None = None
+        self.registry.register(_BytesCollector(self))
+
+    def record(self, rep: Report) -> None:
+        for p in rep.problems:
+            self.errors.labels(p.reason).inc()
+        self.seconds.observe(rep.seconds)
+        if not rep.api_ok:
+            return
+        self.last_ok.set(time.time())
+        self.shaped.set(len(rep.shaped))
+        self.rate.clear()
+        for s in rep.shaped.values():
+            t = s.target
+            for direction in ("to_pod", "from_pod"):
+                self.rate.labels(t.namespace, t.name, direction, "client").set(
+                    t.rates.client_mbit)
+                self.rate.labels(t.namespace, t.name, direction, "storage").set(
+                    t.rates.storage_mbit)
+
+
+class _BytesCollector:
+    def __init__(self, m: AgentMetrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily
+
+        fam = CounterMetricFamily("elastore_agent_class_bytes", "Bytes through a class "
+                                  "(kernel counter)", labels=["namespace", "pod", "direction",
+                                                              "class"])
+        agent = self.m.agent
+        if agent is not None:
+            try:
+                for (key, direction, cls), b in sorted(agent.stats().items()):
+                    ns, pod = key.split("/", 1)
+                    fam.add_metric([ns, pod, direction, cls], b)
+            except Exception:  # a scrape never fails on netlink: the series are absent
+                log.exception("reading class counters")
+        yield fam
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+def serve(metrics: AgentMetrics, agent: Agent, port: int, addr: str, period_s: float
+          ) -> Any:
+    """``/metrics`` and ``/healthz`` (200 while the loop has run within 3 periods)."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/metrics"):
+                body, ctype, code = generate_latest(metrics.registry), CONTENT_TYPE_LATEST, 200
+            elif self.path.startswith("/healthz"):
+                fresh = time.monotonic() - agent.last_loop < 3 * period_s + 10
+                body = b"ok\n" if fresh else b"the reconcile loop is stuck\n"
+                ctype, code = "text/plain", 200 if fresh else 503
+            else:
+                body, ctype, code = b"not found\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            return
+
+    httpd = ThreadingHTTPServer((addr, port), Handler)
+    threading.Thread(target=httpd.serve_forever, name="agent-metrics", daemon=True).start()
+    return httpd
+
+
+def netlink_factory(netns: str | None) -> Callable[[], Any]:
+    """A new pyroute2 handle per call: in ``netns`` (a test bed's namespace, which must be one
+    of elastore's) or, by default, the agent's own (the host's, with hostNetwork)."""
+    def open_() -> Any:
+        try:
+            from pyroute2 import IPRoute, NetNS
+        except ImportError as exc:  # pragma: no cover - the agent extra installs it
+            raise ElastoreError("pyroute2 is not installed (pip install 'elastore[agent]')") \
+                from exc
+        return IPRoute() if netns is None else NetNS(netns)
+
+    if netns is not None and not netns.startswith("elastore-"):
+        raise ElastoreError(f"--netns must name one of elastore's namespaces, got {netns!r}")
+    return open_
