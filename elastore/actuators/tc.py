@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -540,8 +541,7 @@ class PodShaper:
                 self.ipr.tc("del", index=host_ifindex, handle=AGENT_ROOT, root=True)
                 done.append(f"{names[host_ifindex]}: HTB removed")
             if self._redirects(host_ifindex):
-                self.ipr.tc("del-filter", index=host_ifindex, parent=INGRESS,
-                            prio=REDIRECT_PRIO, protocol=ETH_P_ALL)
+                self._del_redirect(host_ifindex)
                 done.append(f"{names[host_ifindex]}: redirect removed")
             ingress = [q for q in self.ipr.get_qdiscs(index=host_ifindex)
                        if q.get_attr("TCA_KIND") == "ingress"]
@@ -638,8 +638,7 @@ class PodShaper:
         if targets == [ifb]:
             return
         if targets:  # to another (stale) ifb, or more than one: replace
-            self.ipr.tc("del-filter", index=host_ifindex, parent=INGRESS, prio=REDIRECT_PRIO,
-                        protocol=ETH_P_ALL)
+            self._del_redirect(host_ifindex)
         if not any(q.get_attr("TCA_KIND") == "ingress"
                    for q in self.ipr.get_qdiscs(index=host_ifindex)):
             self.ipr.tc("add", "ingress", host_ifindex, INGRESS)
@@ -648,6 +647,12 @@ class PodShaper:
                     action={"kind": "mirred", "direction": "egress", "action": "redirect",
                             "ifindex": ifb})
         done.append("redirect to the ifb " + ("replaced" if targets else "installed"))
+
+    def _del_redirect(self, idx: int) -> None:
+        # exactly our priority: pyroute2's ``prio=`` is dropped without a filter kind, and a
+        # delete without it would take every filter on the qdisc, other people's too
+        self.ipr.tc("del-filter", index=idx, parent=INGRESS,
+                    info=(REDIRECT_PRIO << 16) | socket.htons(ETH_P_ALL))
 
     def class_stats(self, idx: int) -> dict[int, dict[str, int]]:
         """Bytes, packets and drops per agent class on one interface (kernel counters)."""

@@ -1,0 +1,240 @@
+"""The node agent's pure part (which pods it shapes, from policies and pods) and its tc
+shaper on a real kernel in namespaces this test run creates (no API server here: the
+agent against a real one is test_agent_k8s.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from elastore.actuators.tc import (
+    AGENT_CLIENT,
+    AGENT_STORAGE,
+    PodRates,
+    PodShaper,
+    Ports,
+    ifb_name,
+)
+from elastore.agent.desired import desired, policy_pods
+from elastore.errors import ElastoreError
+
+NODE = "node-a"
+
+
+def bw_status(pods: list[str], client: float = 30.0, storage: float = 69.0,
+              total: float = 100.0) -> dict[str, Any]:
+    return {"nodeMbit": total, "source": "spec.bandwidth.nodeMbit", "policy": "PreferClients",
+            "clientPorts": [9042], "storagePorts": [7000, 7001],
+            "clientMbit": client, "storageMbit": storage, "streamMiBps": 4.0,
+            "pods": [{"name": p, "clientMbit": client, "storageMbit": storage} for p in pods]}
+
+
+def pol(name: str, ns: str, bandwidth: Any, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, **meta},
+            "status": {"bandwidth": bandwidth}}
+
+
+def pod(name: str, ns: str, ip: str | None = "10.0.0.5", node: str = NODE,
+        phase: str = "Running", host_network: bool = False, **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", **meta},
+            "spec": {"nodeName": node, "hostNetwork": host_network},
+            "status": {"phase": phase, "podIP": ip}}
+
+
+# -- which pods ------------------------------------------------------------------------------
+def test_agent_desired_shapes_named_running_pods_on_its_node_only() -> None:
+    pods = [pod("cass-0", "shop", "10.0.0.5"), pod("cass-1", "shop", "10.0.0.6", node="b"),
+            pod("cass-2", "shop", "10.0.0.7", phase="Pending"), pod("web-0", "shop", "10.0.0.8"),
+            pod("cass-0", "other", "10.0.0.9"),
+            pod("cass-3", "shop", "10.0.0.10", deletionTimestamp="2026-01-01T00:00:00Z")]
+    want, problems = desired([pol("orders", "shop", bw_status(["cass-0", "cass-1", "cass-2",
+                                                               "cass-3"]))], pods, NODE)
+    assert list(want) == ["shop/cass-0"]  # not another node's, pending, unnamed, other ns,
+    assert problems == []                 # or terminating
+    t = want["shop/cass-0"]
+    assert (t.ip, t.policy, t.rates) == ("10.0.0.5", "shop/orders", PodRates(100, 30, 69))
+    assert t.ports == Ports((9042,), (7000, 7001))
+
+
+def test_agent_desired_never_shapes_a_host_network_pod() -> None:
+    want, problems = desired([pol("orders", "shop", bw_status(["cass-0"]))],
+                             [pod("cass-0", "shop", host_network=True)], NODE)
+    assert want == {}
+    assert [p.reason for p in problems] == ["HostNetworkPod"]
+
+
+def test_agent_desired_a_bad_status_shapes_nothing_of_that_policy_and_says_why() -> None:
+    bad = bw_status(["cass-0"], client=80, storage=69)  # guarantees exceed the total
+    nan = bw_status(["web-0"])
+    nan["nodeMbit"] = "lots"
+    want, problems = desired([pol("a", "shop", bad), pol("b", "shop", nan),
+                              pol("c", "shop", bw_status(["db-0"]))],
+                             [pod("cass-0", "shop"), pod("web-0", "shop", "10.0.0.6"),
+                              pod("db-0", "shop", "10.0.0.7")], NODE)
+    assert list(want) == ["shop/db-0"]
+    msgs = [p.message for p in problems]
+    assert [p.reason for p in problems] == ["BadBandwidthStatus"] * 2
+    assert "exceed the link total" in msgs[0] and "nodeMbit is 'lots'" in msgs[1]
+
+
+def test_agent_desired_a_pod_named_by_two_policies_is_left_alone() -> None:
+    want, problems = desired([pol("a", "shop", bw_status(["cass-0"])),
+                              pol("b", "shop", bw_status(["cass-0"], client=10, storage=89))],
+                             [pod("cass-0", "shop")], NODE)
+    assert want == {}
+    assert problems[0].reason == "PodContended" and "shop/a, shop/b" in problems[0].message
+
+
+def test_agent_desired_a_policy_being_deleted_or_without_bandwidth_shapes_nothing() -> None:
+    gone = pol("a", "shop", bw_status(["cass-0"]), deletionTimestamp="2026-01-01T00:00:00Z")
+    assert desired([gone, pol("b", "shop", None)], [pod("cass-0", "shop")], NODE) == ({}, [])
+    with pytest.raises(ValueError, match="clientPorts"):
+        policy_pods(pol("c", "shop", {**bw_status(["x"]), "clientPorts": []}))
+
+
+# -- the shaper on a real kernel ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def podnet() -> Iterator[Any]:
+    from testbed.podnet import PodNet
+
+    net = PodNet(f"u{os.getpid() % 100000}")
+    try:
+        net.up()
+        net.add_pod("p0", "10.77.0.5")
+        net.add_pod("p1", "10.77.0.6")
+    except Exception as exc:
+        net.down()
+        pytest.fail(f"cannot build the pod network namespaces: {exc}")
+    yield net
+    net.down()
+
+
+def _ns(net: Any) -> Any:
+    from pyroute2 import NetNS
+
+    return NetNS(net.host)
+
+
+def wire_rates(net: Any, idx: int, flows: list[dict[str, Any]], seconds: float = 5.0
+               ) -> dict[int, float]:
+    """Mbit/s per agent class on interface ``idx`` (the kernel's byte counters, from 1.5 s in
+    to 1 s before the end) while the flows run."""
+    from elastore.lab.flow import measure
+
+    threads = [threading.Thread(target=measure, kwargs={**f, "seconds": seconds})
+               for f in flows]
+    for t in threads:
+        t.start()
+    time.sleep(1.5)
+    ipr = _ns(net)
+    try:
+        shaper = PodShaper(ipr)
+        b0, t0 = shaper.class_stats(idx), time.monotonic()
+        time.sleep(seconds - 2.5)
+        b1, t1 = shaper.class_stats(idx), time.monotonic()
+    finally:
+        ipr.close()
+    for t in threads:
+        t.join()
+    return {h: (b1[h]["bytes"] - b0[h]["bytes"]) * 8 / (t1 - t0) / 1e6 for h in b1}
+
+
+@pytest.mark.lab
+def test_agent_shaper_guarantees_both_classes_in_both_directions(podnet: Any) -> None:
+    from testbed.podnet import NODE_IP
+
+    p0_ns, p0_ip, _ = podnet.pods["p0"]
+    ipr = _ns(podnet)
+    try:
+        shaper = PodShaper(ipr)
+        idx = shaper.route_interface(p0_ip)
+        assert idx is not None and shaper.route_interface("192.0.2.1") is None
+        done = shaper.shape(idx, PodRates(100, 30, 69), Ports())
+        assert "esifb" in done[0] and len(done) == 4
+        assert shaper.shape(idx, PodRates(100, 30, 69), Ports()) == []  # idempotent
+        ifb = ipr.link_lookup(ifname=ifb_name(idx))[0]
+    finally:
+        ipr.close()
+    # to the pod: a client and an internode flow from the node at once
+    to_pod = wire_rates(podnet, idx, [
+        {"ns": p0_ns, "host": p0_ip, "port": 9042, "send_ns": podnet.host},
+        {"ns": p0_ns, "host": p0_ip, "port": 7000, "send_ns": podnet.host}])
+    # from the pod: its client port answering, and its own internode connection out
+    from_pod = wire_rates(podnet, ifb, [
+        {"ns": podnet.host, "host": NODE_IP, "port": 5001, "send_ns": p0_ns,
+         "source": f"{p0_ip}:9042"},
+        {"ns": podnet.host, "host": NODE_IP, "port": 7001, "send_ns": p0_ns}])
+    print(f"to the pod: {to_pod[AGENT_CLIENT]:.2f} / {to_pod[AGENT_STORAGE]:.2f}; from it: "
+          f"{from_pod[AGENT_CLIENT]:.2f} / {from_pod[AGENT_STORAGE]:.2f} Mbit/s (30 / 69)")
+    ipr = _ns(podnet)
+    try:
+        assert len(PodShaper(ipr).unshape(idx)) == 4
+    finally:
+        ipr.close()
+    for rates in (to_pod, from_pod):
+        assert rates[AGENT_CLIENT] == pytest.approx(30, rel=0.05)
+        assert rates[AGENT_STORAGE] == pytest.approx(69, rel=0.05)
+
+
+@pytest.mark.lab
+def test_agent_shaper_rates_change_live_and_a_wrong_tree_is_rebuilt(podnet: Any) -> None:
+    _, p1_ip, veth = podnet.pods["p1"]
+    ipr = _ns(podnet)
+    try:
+        shaper = PodShaper(ipr)
+        idx = shaper.route_interface(p1_ip)
+        assert idx is not None
+        shaper.shape(idx, PodRates(100, 30, 69), Ports())
+        done = shaper.shape(idx, PodRates(100, 60, 39), Ports())
+        assert len(done) == 4 and all("-> " in d for d in done)  # change-class, no rebuild
+        state = shaper.inventory().htb[idx]
+        assert state.rates_mbit[AGENT_CLIENT] == pytest.approx((60, 100), rel=0.002)
+        # someone deletes one of our classes' filters: the tree is rebuilt, not patched
+        subprocess.run(["ip", "netns", "exec", podnet.host, "tc", "filter", "del", "dev", veth,
+                        "parent", "e5a:", "prio", "1"], check=True)
+        assert any("rebuilt" in d for d in shaper.shape(idx, PodRates(100, 60, 39), Ports()))
+        state = shaper.inventory().htb[idx]
+        assert len(state.filters) == 6 and len(set(state.filters)) == 6
+        # other ports: the layout changes, so it is rebuilt
+        assert any("rebuilt" in d for d in shaper.shape(idx, PodRates(100, 60, 39),
+                                                          Ports((9042,), (7000,))))
+        assert len(shaper.inventory().htb[idx].filters) == 4
+    finally:
+        PodShaper(ipr).unshape(idx)
+        ipr.close()
+
+
+@pytest.mark.lab
+def test_agent_shaper_leaves_what_is_not_its_own(podnet: Any) -> None:
+    _, p1_ip, veth = podnet.pods["p1"]
+    sh = ["ip", "netns", "exec", podnet.host, "tc"]
+    subprocess.run([*sh, "qdisc", "add", "dev", veth, "root", "handle", "1:", "htb"],
+                   check=True)
+    subprocess.run([*sh, "qdisc", "add", "dev", veth, "ingress"], check=True)
+    subprocess.run([*sh, "filter", "add", "dev", veth, "parent", "ffff:", "prio", "7", "u32",
+                    "match", "u32", "0", "0", "flowid", "1:1"], check=True)
+    ipr = _ns(podnet)
+    try:
+        shaper = PodShaper(ipr)
+        idx = shaper.route_interface(p1_ip)
+        assert idx is not None
+        with pytest.raises(ElastoreError, match="another root qdisc"):
+            shaper.shape(idx, PodRates(100, 30, 69), Ports())
+        subprocess.run([*sh, "qdisc", "del", "dev", veth, "root"], check=True)
+        shaper.shape(idx, PodRates(100, 30, 69), Ports())
+        shaper.unshape(idx)
+        # their ingress qdisc and filter stay; ours are gone
+        assert shaper.inventory().counts() == {"qdiscs": 0, "classes": 0, "filters": 0,
+                                               "ifbs": 0}
+        out = subprocess.run([*sh, "filter", "show", "dev", veth, "ingress"],
+                             capture_output=True, text=True, check=True).stdout
+        assert "pref 7 " in out and "pref 3674" not in out
+    finally:
+        subprocess.run([*sh, "qdisc", "del", "dev", veth, "ingress"], check=False)
+        ipr.close()
