@@ -1,0 +1,275 @@
+"""The node agent (`elastore agent run`) against a real API server, shaping real veths.
+
+A node's pod network is emulated with network namespaces (tests/testbed/podnet.py): kwok
+runs the StatefulSet's pods on the API server, and each pod gets a namespace with the IP kwok
+gave it, behind a veth whose host end the host namespace routes the pod IP to. The agent runs
+as a process with the chart's ServiceAccount (exactly its RBAC), reads the policy's
+``status.bandwidth`` (patched here as the operator writes it) and the pods on its node, and
+shapes the host ends. Every check reads the kernel's state; the rates on the wire are in
+test_agent_units.py and benchmarks/agent_targets.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_support import get, policy, start_control_plane, statefulset, wait_until
+from testbed.k8s import FAKE_NODE, ControlPlane, free_port, kubeconfig
+from testbed.podnet import PodNet
+
+from elastore.actuators.tc import AGENT_CLIENT, AGENT_STORAGE, Inventory, PodShaper
+
+pytestmark = [pytest.mark.k8s, pytest.mark.lab]
+REPO = Path(__file__).resolve().parent.parent
+NS = "shop"
+RELEASE = "bwk"
+AGENT_SA = f"{RELEASE}-elastore-agent"
+PERIOD_S = 1.0
+
+
+class AgentProcess:
+    def __init__(self, kc: Path, host_ns: str, log: Path) -> None:
+        self.port = free_port()
+        self.log = log
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "elastore", "agent", "run", "--node", FAKE_NODE,
+             "--kubeconfig", str(kc), "--netns", host_ns, "--period", str(PERIOD_S),
+             "--metrics-port", str(self.port), "--metrics-addr", "127.0.0.1"],
+            env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=log.open("ab"),
+            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return int(self.proc.returncode)
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+class Bed:
+    def __init__(self, cp: ControlPlane, net: PodNet, kc: Path, root: Path) -> None:
+        self.cp, self.net, self.kc, self.root = cp, net, kc, root
+        self.agent: AgentProcess | None = None
+
+    def start_agent(self) -> AgentProcess:
+        self.agent = AgentProcess(self.kc, self.net.host, self.root / "agent.log")
+        return self.agent
+
+    def inventory(self) -> Inventory:
+        from pyroute2 import NetNS
+
+        ipr = NetNS(self.net.host)
+        try:
+            return PodShaper(ipr).inventory()
+        finally:
+            ipr.close()
+
+    def veth_index(self, pod: str) -> int:
+        inv = self.inventory()
+        veth = self.net.pods[pod][2]
+        return next(i for i, n in inv.names.items() if n == veth)
+
+    def shaped(self) -> dict[str, tuple[float, float]]:
+        """Pod -> (client, storage) Mbit/s of its HTB on the host veth, when its ifb and
+        redirect are also there with the same rates."""
+        inv = self.inventory()
+        out = {}
+        for pod, (_, _, veth) in self.net.pods.items():
+            idx = next((i for i, n in inv.names.items() if n == veth), None)
+            if idx is None or idx not in inv.htb or not inv.redirects.get(idx):
+                continue
+            ifb = inv.redirects[idx][0]
+            a, b = inv.htb[idx].rates_mbit, inv.htb.get(ifb)
+            if b is None or b.rates_mbit != a:
+                continue
+            out[pod] = (round(a[AGENT_CLIENT][0], 2), round(a[AGENT_STORAGE][0], 2))
+        return out
+
+    def set_split(self, pods: list[str], client: float, storage: float,
+                  total: float = 100.0) -> None:
+        bw = {"nodeMbit": total, "source": "spec.bandwidth.nodeMbit",
+              "policy": "PreferClients", "clientPorts": [9042], "storagePorts": [7000, 7001],
+              "forecastRpsPerNode": 100.0, "clientMbit": client, "storageMbit": storage,
+              "streamMiBps": 4.0, "at": "2026-11-23T00:00:00Z", "reason": "test",
+              "pods": [{"name": p, "clientMbit": client, "storageMbit": storage}
+                       for p in pods]}
+        self.cp.kubectl("patch", "elasticpolicy", "orders", "-n", NS, "--subresource=status",
+                        "--type=merge", "-p", json.dumps({"status": {"bandwidth": bw}}))
+        got = get(self.cp, "elasticpolicy", "orders", NS).get("status", {}).get("bandwidth")
+        assert got == bw, "the CRD's status schema dropped part of status.bandwidth"
+
+    def pod_ips(self, sts: str) -> dict[str, str]:
+        res = self.cp.kubectl("get", "pods", "-n", NS, "-o", "json")
+        return {p["metadata"]["name"]: p["status"]["podIP"]
+                for p in json.loads(res.stdout)["items"]
+                if p["metadata"]["name"].startswith(f"{sts}-")
+                and p.get("status", {}).get("podIP")
+                and not p["metadata"].get("deletionTimestamp")}
+
+    def wire_pods(self, sts: str, n: int) -> None:
+        """Wait for ``n`` pods of ``sts`` with IPs; give each a pod namespace with its IP."""
+        wait_until(f"{n} pods of {sts} with IPs", lambda: len(self.pod_ips(sts)) == n, 60)
+        for pod, ip in self.pod_ips(sts).items():
+            if pod in self.net.pods and self.net.pods[pod][1] != ip:
+                self.net.remove_pod(pod)
+            if pod not in self.net.pods:
+                self.net.add_pod(pod, ip)
+
+
+def until(what: str, check: Callable[[], Any], timeout_s: float = 30) -> float:
+    """Seconds until ``check`` holds (fails after ``timeout_s``)."""
+    t0 = time.monotonic()
+    wait_until(what, check, timeout_s, every_s=0.1)
+    return time.monotonic() - t0
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    from testbed.k8s import ensure_helm
+
+    root = tmp_path_factory.mktemp("agent")
+    cp = start_control_plane(root / "k8s")
+    net = PodNet(f"k{os.getpid() % 100000}")
+    try:
+        net.up()
+    except Exception as exc:
+        cp.stop()
+        pytest.fail(f"cannot build the pod network namespaces: {exc}")
+    try:
+        cp.kubectl("create", "namespace", NS)
+        res = subprocess.run([str(ensure_helm(print)), "install", RELEASE,
+                              str(REPO / "charts" / "elastore"), "--namespace", RELEASE,
+                              "--create-namespace", "--kubeconfig", str(cp.kubeconfig),
+                              "--set", "replicas=0", "--set", "agent.enabled=true",
+                              "--set", f"peering.name={RELEASE}"],
+                             capture_output=True, text=True, check=False)
+        assert res.returncode == 0, f"helm install: {res.stderr}"
+        token = cp.kubectl("create", "token", AGENT_SA, "-n", RELEASE, "--duration=4h"
+                           ).stdout.strip()
+        kc = kubeconfig(cp.server, cp.root / "pki", root / "agent.kubeconfig", token=token,
+                        user=AGENT_SA)
+        cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", NS, 3))
+        cp.kubectl("apply", "-f", "-", stdin=statefulset("web", NS, 1, managed=False))
+        cp.kubectl("apply", "-f", "-", stdin=policy("orders", NS, "cass"))
+        b = Bed(cp, net, kc, root)
+        b.wire_pods("cass", 3)
+        b.wire_pods("web", 1)
+        yield b
+    finally:
+        if "b" in locals() and b.agent is not None:
+            b.agent.stop(signal.SIGKILL)
+        # whatever a failed test left: the namespaces go, and the tc state with them
+        net.down()
+        cp.stop()
+
+
+# ------------------------------------------------------------------------------------------
+def test_agent_shapes_the_policys_pods_in_both_directions_and_nothing_else(bed: Bed) -> None:
+    bed.set_split(["cass-0", "cass-1", "cass-2"], client=30, storage=69)
+    agent = bed.start_agent()
+    want = {p: (30.0, 69.0) for p in ("cass-0", "cass-1", "cass-2")}
+    took = until("the agent to shape cass-0..2", lambda: bed.shaped() == want)
+    print(f"shaped 3 pods {took:.1f} s after the agent started")
+    inv = bed.inventory()
+    # per pod: HTBs on the veth and the ifb, one redirect; web-0 (no policy) untouched
+    assert inv.counts() == {"qdiscs": 9, "classes": 24, "filters": 39, "ifbs": 3}
+    web = bed.veth_index("web-0")
+    assert web not in inv.htb and web not in inv.redirects
+    text = agent.metrics()
+    assert 'elastore_agent_pods_shaped 3.0' in text
+    assert ('elastore_agent_class_rate_mbit{class="client",direction="from_pod",'
+            'namespace="shop",pod="cass-1"} 30.0') in text
+    assert 'elastore_agent_class_bytes_total{class="storage",direction="to_pod"' in text
+
+
+def test_agent_a_change_of_split_is_in_force_within_two_periods(bed: Bed) -> None:
+    bed.set_split(["cass-0", "cass-1", "cass-2"], client=50, storage=49)
+    took = until("the new split", lambda: bed.shaped() == {p: (50.0, 49.0) for p in
+                                                           ("cass-0", "cass-1", "cass-2")})
+    print(f"split change in force after {took:.2f} s (period {PERIOD_S:g} s)")
+
+
+def test_agent_after_sigkill_a_restarted_agent_adopts_and_corrects(bed: Bed) -> None:
+    assert bed.agent is not None
+    assert bed.agent.stop(signal.SIGKILL) == -signal.SIGKILL
+    before = bed.inventory().counts()
+    assert before["qdiscs"] == 9  # a killed agent leaves its state behind
+    # while it is down: the split changes, and cass-2 leaves the policy
+    bed.set_split(["cass-0", "cass-1"], client=20, storage=79)
+    bed.start_agent()
+    want = {"cass-0": (20.0, 79.0), "cass-1": (20.0, 79.0)}
+    took = until("the restarted agent to match", lambda: bed.shaped() == want
+                 and bed.inventory().counts()["ifbs"] == 2)
+    print(f"restarted agent matched the desired state after {took:.2f} s")
+    inv = bed.inventory()
+    for htb in inv.htb.values():  # no duplicate classes or filters anywhere
+        assert len(htb.rates_mbit) == 4 and len(htb.filters) == len(set(htb.filters)) == 6
+    assert inv.counts() == {"qdiscs": 6, "classes": 16, "filters": 26, "ifbs": 2}
+
+
+def test_agent_a_new_pod_of_a_scale_out_is_shaped(bed: Bed) -> None:
+    bed.cp.kubectl("scale", "statefulset", "cass", "-n", NS, "--replicas=4")
+    bed.wire_pods("cass", 4)
+    bed.set_split(["cass-0", "cass-1", "cass-2", "cass-3"], client=20, storage=79)
+    until("cass-2 and cass-3 shaped", lambda: set(bed.shaped()) ==
+          {"cass-0", "cass-1", "cass-2", "cass-3"})
+
+
+def test_agent_a_pod_gone_loses_its_shaping(bed: Bed) -> None:
+    bed.cp.kubectl("scale", "statefulset", "cass", "-n", NS, "--replicas=3")
+    # the pod object goes (the status still names it, as until the operator's next period)
+    until("cass-3 unshaped", lambda: set(bed.shaped()) == {"cass-0", "cass-1", "cass-2"})
+    assert bed.inventory().counts()["ifbs"] == 3
+
+
+def test_agent_keeps_the_shaping_when_the_api_cannot_be_read(bed: Bed) -> None:
+    assert bed.agent is not None
+    binding = f"{RELEASE}-elastore-agent"
+    saved = bed.cp.kubectl("get", "clusterrolebinding", binding, "-o", "json").stdout
+    bed.cp.kubectl("delete", "clusterrolebinding", binding)
+    try:
+        def denied() -> bool:
+            return 'elastore_agent_reconcile_errors_total{reason="ApiUnreadable"}' in \
+                bed.agent.metrics()  # type: ignore[union-attr]
+        until("the agent to be refused", denied)
+        before = bed.shaped()
+        time.sleep(4 * PERIOD_S)
+        assert bed.shaped() == before and len(before) == 3  # nothing unshaped on no data
+    finally:
+        doc = json.loads(saved)
+        for k in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            doc["metadata"].pop(k, None)
+        bed.cp.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
+
+
+def test_agent_a_policy_gone_and_sigterm_leave_nothing_of_ours(bed: Bed) -> None:
+    assert bed.agent is not None
+    bed.cp.kubectl("delete", "elasticpolicy", "orders", "-n", NS, "--wait=false")
+    until("everything unshaped", lambda: bed.inventory().counts() == {
+        "qdiscs": 0, "classes": 0, "filters": 0, "ifbs": 0})
+    bed.cp.kubectl("apply", "-f", "-", stdin=policy("orders", NS, "cass"))
+    bed.set_split(["cass-0", "cass-1", "cass-2"], client=30, storage=69)
+    until("shaped again", lambda: len(bed.shaped()) == 3)
+    assert bed.agent.stop(signal.SIGTERM) == 0, bed.agent.tail()
+    assert bed.inventory().counts() == {"qdiscs": 0, "classes": 0, "filters": 0, "ifbs": 0}
+    assert "removing the agent's tc state" in bed.agent.tail()
