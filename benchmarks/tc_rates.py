@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 
+from elastore.actuators.tc import HtbShaper
 from elastore.lab import netns
 from elastore.lab.flow import concurrent_rates, mean_rate
 from elastore.lab.flow import measure as flow
-from elastore.actuators.tc import HtbShaper
 
 
 def main() -> None:

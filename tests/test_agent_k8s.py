@@ -15,19 +15,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_support import get, policy, start_control_plane, statefulset, wait_until
-from testbed.k8s import FAKE_NODE, ControlPlane, free_port, kubeconfig
+from k8s_support import policy, start_control_plane, statefulset, wait_until
+from testbed.agentbed import Bed
+from testbed.k8s import kubeconfig
 from testbed.podnet import PodNet
-
-from elastore.actuators.tc import AGENT_CLIENT, AGENT_STORAGE, Inventory, PodShaper
 
 pytestmark = [pytest.mark.k8s, pytest.mark.lab]
 REPO = Path(__file__).resolve().parent.parent
@@ -35,105 +32,6 @@ NS = "shop"
 RELEASE = "bwk"
 AGENT_SA = f"{RELEASE}-elastore-agent"
 PERIOD_S = 1.0
-
-
-class AgentProcess:
-    def __init__(self, kc: Path, host_ns: str, log: Path) -> None:
-        self.port = free_port()
-        self.log = log
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elastore", "agent", "run", "--node", FAKE_NODE,
-             "--kubeconfig", str(kc), "--netns", host_ns, "--period", str(PERIOD_S),
-             "--metrics-port", str(self.port), "--metrics-addr", "127.0.0.1"],
-            env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=log.open("ab"),
-            stderr=subprocess.STDOUT, start_new_session=True)
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-            return str(r.read().decode())
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return int(self.proc.returncode)
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-
-class Bed:
-    def __init__(self, cp: ControlPlane, net: PodNet, kc: Path, root: Path) -> None:
-        self.cp, self.net, self.kc, self.root = cp, net, kc, root
-        self.agent: AgentProcess | None = None
-
-    def start_agent(self) -> AgentProcess:
-        self.agent = AgentProcess(self.kc, self.net.host, self.root / "agent.log")
-        return self.agent
-
-    def inventory(self) -> Inventory:
-        from pyroute2 import NetNS
-
-        ipr = NetNS(self.net.host)
-        try:
-            return PodShaper(ipr).inventory()
-        finally:
-            ipr.close()
-
-    def veth_index(self, pod: str) -> int:
-        inv = self.inventory()
-        veth = self.net.pods[pod][2]
-        return next(i for i, n in inv.names.items() if n == veth)
-
-    def shaped(self) -> dict[str, tuple[float, float]]:
-        """Pod -> (client, storage) Mbit/s of its HTB on the host veth, when its ifb and
-        redirect are also there with the same rates."""
-        inv = self.inventory()
-        out = {}
-        for pod, (_, _, veth) in self.net.pods.items():
-            idx = next((i for i, n in inv.names.items() if n == veth), None)
-            if idx is None or idx not in inv.htb or not inv.redirects.get(idx):
-                continue
-            ifb = inv.redirects[idx][0]
-            a, b = inv.htb[idx].rates_mbit, inv.htb.get(ifb)
-            if b is None or b.rates_mbit != a:
-                continue
-            out[pod] = (round(a[AGENT_CLIENT][0], 2), round(a[AGENT_STORAGE][0], 2))
-        return out
-
-    def set_split(self, pods: list[str], client: float, storage: float,
-                  total: float = 100.0) -> None:
-        bw = {"nodeMbit": total, "source": "spec.bandwidth.nodeMbit",
-              "policy": "PreferClients", "clientPorts": [9042], "storagePorts": [7000, 7001],
-              "forecastRpsPerNode": 100.0, "clientMbit": client, "storageMbit": storage,
-              "streamMiBps": 4.0, "at": "2026-11-23T00:00:00Z", "reason": "test",
-              "pods": [{"name": p, "clientMbit": client, "storageMbit": storage}
-                       for p in pods]}
-        self.cp.kubectl("patch", "elasticpolicy", "orders", "-n", NS, "--subresource=status",
-                        "--type=merge", "-p", json.dumps({"status": {"bandwidth": bw}}))
-        got = get(self.cp, "elasticpolicy", "orders", NS).get("status", {}).get("bandwidth")
-        assert got == bw, "the CRD's status schema dropped part of status.bandwidth"
-
-    def pod_ips(self, sts: str) -> dict[str, str]:
-        res = self.cp.kubectl("get", "pods", "-n", NS, "-o", "json")
-        return {p["metadata"]["name"]: p["status"]["podIP"]
-                for p in json.loads(res.stdout)["items"]
-                if p["metadata"]["name"].startswith(f"{sts}-")
-                and p.get("status", {}).get("podIP")
-                and not p["metadata"].get("deletionTimestamp")}
-
-    def wire_pods(self, sts: str, n: int) -> None:
-        """Wait for ``n`` pods of ``sts`` with IPs; give each a pod namespace with its IP."""
-        wait_until(f"{n} pods of {sts} with IPs", lambda: len(self.pod_ips(sts)) == n, 60)
-        for pod, ip in self.pod_ips(sts).items():
-            if pod in self.net.pods and self.net.pods[pod][1] != ip:
-                self.net.remove_pod(pod)
-            if pod not in self.net.pods:
-                self.net.add_pod(pod, ip)
 
 
 def until(what: str, check: Callable[[], Any], timeout_s: float = 30) -> float:
@@ -171,7 +69,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
         cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", NS, 3))
         cp.kubectl("apply", "-f", "-", stdin=statefulset("web", NS, 1, managed=False))
         cp.kubectl("apply", "-f", "-", stdin=policy("orders", NS, "cass"))
-        b = Bed(cp, net, kc, root)
+        b = Bed(cp, net, kc, root, NS, PERIOD_S)
         b.wire_pods("cass", 3)
         b.wire_pods("web", 1)
         yield b

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 from elastore.actuators.nodetool import Ring, failure_summary, parse_mode, read_ring
+from elastore.actuators.tc import HtbShaper
 from elastore.errors import ElastoreError
 from elastore.lab import lab, netns
-from elastore.actuators.tc import HtbShaper
 from elastore.models import ModelSet
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runner import Runner

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from elastore.actuators.tc import HtbShaper
 from elastore.errors import ElastoreError
 from elastore.lab import netns
 from elastore.lab.flow import concurrent_rates, mean_rate, measure
-from elastore.actuators.tc import HtbShaper
 
 pytestmark = pytest.mark.lab
 NS = f"elastore-test-tc-{os.getpid()}"

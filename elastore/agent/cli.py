@@ -54,9 +54,9 @@ def run_cmd(node: str, period_s: float, namespaces: tuple[str, ...], kubeconfig:
             netns: str | None) -> None:
     """Reconcile every PERIOD seconds until SIGTERM/SIGINT, then remove every qdisc, class,
     filter and ifb device of the agent's and exit."""
-    from elastore.agent.agent import Agent, AgentMetrics, KubeReader, netlink_factory, serve
-
     import logging
+
+    from elastore.agent.agent import Agent, AgentMetrics, KubeReader, netlink_factory, serve
 
     logging.getLogger("elastore").setLevel(log_level.upper())
     if not node.strip():

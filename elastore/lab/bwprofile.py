@@ -185,9 +185,9 @@ def run_bandwidth_profile(points: list[BwPoint], out: Path, *, point_s: float = 
                           resume: bool = False, echo: Callable[[str], None] = print) -> Path:
     """Run the sweep on the lab that is up (inside its namespace); append raw rows, then
     write the reduced curves to ``out``."""
+    from elastore.actuators.tc import HtbShaper
     from elastore.lab import lab
     from elastore.lab.profile import _Appender
-    from elastore.actuators.tc import HtbShaper
 
     state = lab.LabState.load(lab.lab_dir())
     if state is None or len(state.nodes) < 2:

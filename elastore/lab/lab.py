@@ -357,8 +357,8 @@ def bwman_loop(models: Any, cfg: Any, d: Path | None = None,
     7000), each allowed to borrow up to the NIC when the other is idle; the loop moves the
     split. Without BwMan the same NIC is one FIFO (``HtbShaper(split=False)``).
     ``queue_bytes`` bounds every class's queue (the default: a 1000-frame NIC queue)."""
-    from elastore.lab.bwman import BwManLoop, prometheus_query
     from elastore.actuators.tc import HtbShaper
+    from elastore.lab.bwman import BwManLoop, prometheus_query
 
     d = d or lab_dir()
     state = _require(d)

@@ -181,9 +181,9 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
                 echo: Callable[[str], None] = print, routing: str = "token-aware") -> Path:
     """Run the sweep on the lab that is up (call it inside the lab namespace); append sample
     rows to ``out`` and bandwidth rows to :func:`bandwidth_path` of it."""
+    from elastore.actuators.tc import HtbShaper
     from elastore.lab import lab
     from elastore.lab.cassandra import ensure_jars, nodetool
-    from elastore.actuators.tc import HtbShaper
 
     d = lab.lab_dir()
     state = lab.LabState.load(d)

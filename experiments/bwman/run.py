@@ -128,10 +128,10 @@ def arm(args: argparse.Namespace) -> None:
 def control(args: argparse.Namespace) -> None:
     """Each server's link; with BwMan the loop that splits it. Samples what every node sent
     per class each window. Stops on SIGTERM, removes the links, writes ``*.ctl.json``."""
+    from elastore.actuators.tc import HtbShaper
     from elastore.errors import ElastoreError
     from elastore.lab import lab
     from elastore.lab.bwman import ActuationError
-    from elastore.actuators.tc import HtbShaper
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
     from elastore.planner.bwman import BwManConfig
