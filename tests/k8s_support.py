@@ -417,6 +417,7 @@ class LabPodAgent:
         self.max_pods = max_pods
         self.errors: list[str] = []
         self.log: list[str] = []
+        self.ips: dict[str, str] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pod-agent", daemon=True)
         self._thread.start()
@@ -425,9 +426,12 @@ class LabPodAgent:
         res = self.cp.kubectl("get", "pods", "-n", self.namespace, "-o", "json", check=False)
         if res.returncode != 0:
             raise RuntimeError(res.stderr.strip()[-300:])
+        items = [p for p in json.loads(res.stdout)["items"]
+                 if not p["metadata"].get("deletionTimestamp")]
+        self.ips = {p["metadata"]["name"]: (p.get("status") or {}).get("podIP", "")
+                    for p in items}
         return {p["metadata"]["name"]: (p.get("status") or {}).get("phase", "")
-                for p in json.loads(res.stdout)["items"]
-                if not p["metadata"].get("deletionTimestamp")}
+                for p in items}
 
     def _run(self) -> None:
         from elastore.lab import lab
@@ -442,8 +446,13 @@ class LabPodAgent:
                 for k in range(self.max_pods):
                     pod, n = f"{self.sts}-{k}", k + 1
                     if pods.get(pod) == "Running" and n not in nodes:
-                        self.log.append(f"{time.time():.0f} {pod} runs: starting node {n}")
-                        lab.add_node(self.lab_dir, n)
+                        # the veth lab: the node takes the pod's IP, as a CNI gives it
+                        ip = self.ips.get(pod) or None if state.veth else None
+                        if state.veth and ip is None:
+                            continue  # kwok has not given it an IP yet
+                        self.log.append(f"{time.time():.0f} {pod} runs: starting node {n}"
+                                        + (f" at {ip}" if ip else ""))
+                        lab.add_node(self.lab_dir, n, ip)
                         self.log.append(f"{time.time():.0f} node {n} joined")
                     elif pod not in pods and n in nodes:
                         self.log.append(f"{time.time():.0f} {pod} gone: stopping node {n}")

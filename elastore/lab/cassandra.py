@@ -123,12 +123,13 @@ def exporter_jar(lib: Path) -> Path:
 
 @dataclass
 class NodeSpec:
-    n: int  # 1-based; the node listens on 127.0.0.n
+    n: int  # 1-based; the node listens on 127.0.0.n (or ``addr``)
     root: Path  # its directory: data, logs, config
+    addr: str | None = None  # a namespace of its own behind a veth: its pod IP
 
     @property
     def ip(self) -> str:
-        return f"127.0.0.{self.n}"
+        return self.addr or f"127.0.0.{self.n}"
 
     @property
     def jmx_port(self) -> int:

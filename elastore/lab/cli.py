@@ -26,19 +26,23 @@ def lab_group() -> None:
 @lab_group.command("up")
 @click.option("--nodes", type=click.IntRange(1, lab.MAX_NODES), default=3, show_default=True)
 @click.option("--heap", default="256M", show_default=True, help="JVM heap per node.")
-def up_cmd(nodes: int, heap: str) -> None:
+@click.option("--veth", is_flag=True, help="Each node in a namespace of its own behind a veth "
+              "(a pod on a routed CNI, at 10.88.0.N), the lab's namespace routing between "
+              "them as a Kubernetes node does: what the node agent shapes.")
+def up_cmd(nodes: int, heap: str, veth: bool) -> None:
     """Fetch the jars (cached), create the namespace and start the nodes one by one.
 
     \b
     Example:
       elastore lab up --nodes 3 --heap 256M
     """
-    state = lab.up(nodes, heap)
+    state = lab.up(nodes, heap, veth=veth)
     click.echo(f"lab up in namespace {state.netns} (state: {lab.lab_dir() / 'lab.json'})")
     for n in state.nodes:
         s = n.spec
+        where = f" in {n.netns}" if n.netns else ""
         click.echo(f"  node {n.n}: CQL {s.ip}:9042, storage {s.ip}:7000, JMX 127.0.0.1:"
-                   f"{s.jmx_port}, metrics http://{s.metrics}/metrics, pid {n.pid}, "
+                   f"{s.jmx_port}{where}, metrics http://{s.metrics}/metrics, pid {n.pid}, "
                    f"data {n.root}")
     click.echo(f"  Prometheus: http://{lab.PROMETHEUS_ADDR} (pid {state.prometheus_pid})")
     click.echo(f"reach them from inside the namespace: ip netns exec {state.netns} ...")

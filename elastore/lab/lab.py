@@ -50,10 +50,14 @@ class NodeState:
     n: int
     pid: int
     root: str
+    #: with ``--veth``: the node's own namespace and address (its pod IP), behind a veth
+    #: from the lab's namespace, which then plays the Kubernetes node ("host")
+    ip: str = ""
+    netns: str = ""
 
     @property
     def spec(self) -> NodeSpec:
-        return NodeSpec(self.n, Path(self.root))
+        return NodeSpec(self.n, Path(self.root), self.ip or None)
 
 
 PROMETHEUS_ADDR = "127.0.0.1:9090"
@@ -72,6 +76,13 @@ class LabState:
     #: pod <statefulset>-(n-1), and its series carry the namespace and pod labels that
     #: Prometheus's Kubernetes discovery gives (the operator's default queries need them)
     pods: str = ""
+    #: each node in a namespace of its own behind a veth (a pod on a routed CNI), so
+    #: per-pod tc (the node agent) sees its traffic; the lab's namespace is the host
+    veth: bool = False
+
+    def node_ns(self, node: NodeState) -> str:
+        """Where the node's JVM runs (and its JMX answers on 127.0.0.1)."""
+        return node.netns or self.netns
 
     def save(self, d: Path) -> None:
         d.mkdir(parents=True, exist_ok=True)
@@ -89,7 +100,7 @@ class LabState:
             return cls(doc["netns"], doc["heap"], doc.get("version", CASSANDRA_VERSION),
                        [NodeState(**n) for n in doc["nodes"]],
                        int(doc.get("prometheus_pid", 0)), str(doc.get("prometheus_dir", "")),
-                       str(doc.get("pods", "")))
+                       str(doc.get("pods", "")), bool(doc.get("veth", False)))
         except (ValueError, KeyError, TypeError) as exc:
             raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
 
@@ -180,12 +191,12 @@ def _reload_prometheus(state: LabState) -> None:
 
 def _ring(state: LabState, via: NodeState, lib: Path) -> dict[str, str]:
     """ip -> status code (UN, UJ, UL, DN ...) from nodetool status."""
-    res = nodetool(state.netns, lib, via.spec.jmx_port, "status")
+    res = nodetool(state.node_ns(via), lib, via.spec.jmx_port, "status")
     if res.returncode != 0:
         return {}
     out = {}
     for line in res.stdout.splitlines():
-        m = re.match(r"^([UD][NLJM])\s+(127\.0\.0\.\d+)\s", line)
+        m = re.match(r"^([UD][NLJM])\s+(\d+\.\d+\.\d+\.\d+)\s", line)
         if m:
             out[m.group(2)] = m.group(1)
     return out
@@ -210,6 +221,9 @@ def down(d: Path | None = None) -> list[str]:
         for node in state.nodes:
             if _stop(node.pid, node.root):
                 done.append(f"stopped node {node.n} (pid {node.pid})")
+            if node.netns and netns.exists(node.netns):
+                netns.delete(node.netns)
+                done.append(f"removed namespace {node.netns}")
         if _stop(state.prometheus_pid, state.prometheus_dir, program="prometheus"):
             done.append(f"stopped Prometheus (pid {state.prometheus_pid})")
         ns = state.netns
@@ -225,8 +239,15 @@ def down(d: Path | None = None) -> list[str]:
 
 
 def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
-       namespace: str = NAMESPACE, pods: str = "") -> LabState:
-    """``pods``: "namespace/statefulset" the nodes stand in for (:attr:`LabState.pods`)."""
+       namespace: str = NAMESPACE, pods: str = "", veth: bool = False,
+       ips: list[str] | None = None) -> LabState:
+    """``pods``: "namespace/statefulset" the nodes stand in for (:attr:`LabState.pods`).
+    ``veth``: each node in a namespace of its own behind a veth (:attr:`LabState.veth`),
+    at ``ips`` (default 10.88.0.n)."""
+    if ips is not None:
+        veth = True
+        if len(ips) != nodes:
+            raise ElastoreError(f"{nodes} nodes need {nodes} addresses, got {len(ips)}")
     if not 1 <= nodes <= MAX_NODES:
         raise ElastoreError(f"--nodes must be 1..{MAX_NODES} on this machine (2 cores)")
     d = d or lab_dir()
@@ -239,16 +260,19 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
     netns.create(namespace)
     if pods and not re.match(r"^[a-z0-9][a-z0-9-]*/[a-z0-9][a-z0-9.-]*$", pods):
         raise ElastoreError(f"pods must be namespace/statefulset, got {pods!r}")
-    state = LabState(namespace, heap, pods=pods)
+    state = LabState(namespace, heap, pods=pods, veth=veth)
+    if veth:
+        netns.prepare_host(namespace)
     state.save(d)
-    for _ in range(nodes):
-        _add(state, lib, d)
+    for k in range(nodes):
+        _add(state, lib, d, ip=ips[k] if ips else None)
     log.info("starting Prometheus on %s ...", PROMETHEUS_ADDR)
     _start_prometheus(state, d)
     return state
 
 
-def _add(state: LabState, lib: Path, d: Path, n: int | None = None) -> NodeState:
+def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | None = None
+         ) -> NodeState:
     used = {x.n for x in state.nodes}
     if n is None:
         n = min(k for k in range(1, MAX_NODES + 2) if k not in used)
@@ -258,13 +282,23 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None) -> NodeState
         raise ElastoreError(f"at most {MAX_NODES} nodes (1..{MAX_NODES}) on this machine")
     root = d / "nodes" / f"n{n}"
     shutil.rmtree(root, ignore_errors=True)  # a re-added IP must start from empty data
-    spec = NodeSpec(n, root)
+    node_ns = ""
+    if state.veth:
+        ip = ip or f"10.88.0.{n}"
+        node_ns = f"{state.netns}-n{n}"
+        if netns.exists(node_ns):
+            netns.delete(node_ns)  # a stale one, from a node that was stopped
+        netns.create(node_ns)
+        netns.wire_pod(state.netns, node_ns, ip, f"lvn{n}")
+    elif ip is not None:
+        raise ElastoreError("a node address needs the veth topology (lab up --veth)")
+    spec = NodeSpec(n, root, ip)
     seed = state.nodes[0].spec.ip if state.nodes else spec.ip
     write_config(spec, f"{seed}:7000")
     t0 = time.monotonic()
     log.info("starting node %d on %s ...", n, spec.ip)
-    proc = start_node(state.netns, spec, lib, state.heap)
-    node = NodeState(n, proc.pid, str(root))
+    proc = start_node(node_ns or state.netns, spec, lib, state.heap)
+    node = NodeState(n, proc.pid, str(root), ip or "", node_ns)
     state.nodes.append(node)
     state.save(d)
 
@@ -281,11 +315,13 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None) -> NodeState
     return node
 
 
-def add_node(d: Path | None = None, n: int | None = None) -> NodeState:
-    """Start a node (the lowest free number, or ``n``) and wait until it has joined."""
+def add_node(d: Path | None = None, n: int | None = None, ip: str | None = None
+             ) -> NodeState:
+    """Start a node (the lowest free number, or ``n``; at ``ip`` with the veth topology)
+    and wait until it has joined."""
     d = d or lab_dir()
     state = _require(d)
-    return _add(state, ensure_jars(), d, n)
+    return _add(state, ensure_jars(), d, n, ip)
 
 
 def remove_node(which: str | int, d: Path | None = None) -> bool:
@@ -296,6 +332,8 @@ def remove_node(which: str | int, d: Path | None = None) -> bool:
     state = _require(d)
     node = _node(state, which)
     stopped = _stop(node.pid, node.root)
+    if node.netns and netns.exists(node.netns):
+        netns.delete(node.netns)  # and its veth with it
     state.nodes.remove(node)
     state.save(d)
     _reload_prometheus(state)
@@ -325,7 +363,7 @@ def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None)
     state = _require(d or lab_dir())
     node = _node(state, which)
     args, applied = stream_setting(mibps)
-    res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "setstreamthroughput",
+    res = nodetool(state.node_ns(node), ensure_jars(), node.spec.jmx_port, "setstreamthroughput",
                    *args)
     if res.returncode != 0:
         raise ElastoreError(f"setstreamthroughput on node {node.n}: "
@@ -339,7 +377,8 @@ def get_stream_throughput(which: str | int, d: Path | None = None) -> float:
     """The node's current outgoing stream throttle, MiB/s (nodetool getstreamthroughput)."""
     state = _require(d or lab_dir())
     node = _node(state, which)
-    res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "getstreamthroughput", "-m")
+    res = nodetool(state.node_ns(node), ensure_jars(), node.spec.jmx_port, "getstreamthroughput",
+                   "-m")
     m = re.search(r"([0-9]+(?:\.[0-9]+)?)\s*MiB/s", res.stdout)
     if res.returncode != 0 or m is None:
         raise ElastoreError(f"getstreamthroughput on node {node.n}: "
@@ -398,7 +437,7 @@ def decommission(which: str | int, d: Path | None = None) -> float:
     lib = ensure_jars()
     t0 = time.monotonic()
     log.info("decommissioning node %d (%s) ...", node.n, node.spec.ip)
-    res = nodetool(state.netns, lib, node.spec.jmx_port, "decommission", timeout=3600)
+    res = nodetool(state.node_ns(node), lib, node.spec.jmx_port, "decommission", timeout=3600)
     if res.returncode != 0:
         raise ElastoreError(f"decommission of node {node.n} failed: "
                             f"{(res.stdout + res.stderr).strip()[-600:]}")
@@ -407,6 +446,8 @@ def decommission(which: str | int, d: Path | None = None) -> float:
     wait_for(f"node {node.n} to leave the ring",
              lambda: node.spec.ip not in _ring(state, other, lib), timeout_s=120)
     _stop(node.pid, node.root)
+    if node.netns and netns.exists(node.netns):
+        netns.delete(node.netns)
     state.nodes.remove(node)
     state.save(d)
     _reload_prometheus(state)
@@ -418,7 +459,8 @@ def status(d: Path | None = None) -> dict[str, Any]:
     state = _require(d or lab_dir())
     lib = ensure_jars()
     live = [n for n in state.nodes if _ours(n.pid, n.root)]
-    res = nodetool(state.netns, lib, live[0].spec.jmx_port, "status") if live else None
+    res = nodetool(state.node_ns(live[0]), lib, live[0].spec.jmx_port, "status") if live \
+        else None
     targets: list[dict[str, str]] = []
     raw = prometheus_get(state, "/api/v1/targets")
     if raw:

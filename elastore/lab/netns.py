@@ -74,3 +74,48 @@ def run_inside(ns: str) -> None:
     env = dict(os.environ, **{INSIDE: ns})
     argv = [sys.executable, "-m", "elastore", *sys.argv[1:]]
     raise SystemExit(subprocess.run(command(ns, argv), env=env, check=False).returncode)
+
+
+#: a "host" namespace's own address (on its loopback), the source of what it sends to pods
+HOST_IP = "10.250.0.1"
+#: every pod's gateway: the address of each host end (Calico answers it by proxy ARP)
+GATEWAY = "169.254.1.1"
+
+
+def _must(ns: str, *argv: str) -> None:
+    res = subprocess.run(command(ns, list(argv)), capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise ElastoreError(f"{' '.join(argv)} in {ns}: {res.stderr.strip()}")
+
+
+def prepare_host(host: str) -> None:
+    """Make ``host`` (one of ours, created) route for pods: its address on lo, forwarding
+    on, no reverse-path filter (replies come back through the pods' veths)."""
+    if not host.startswith(PREFIX):
+        raise ElastoreError(f"refusing to configure {host!r}: not an elastore namespace")
+    out = subprocess.run(command(host, ["ip", "-4", "addr", "show", "dev", "lo"]),
+                         capture_output=True, text=True, check=False).stdout
+    if f"{HOST_IP}/32" not in out:
+        _must(host, "ip", "addr", "add", f"{HOST_IP}/32", "dev", "lo")
+    for key in ("net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0",
+                "net.ipv4.conf.default.rp_filter=0"):
+        _must(host, "sysctl", "-qw", key)
+
+
+def wire_pod(host: str, pod: str, ip: str, host_if: str) -> None:
+    """Join namespace ``pod`` to ``host`` as a routed CNI does: a veth whose pod end is
+    ``eth0`` with ``ip``/32 and a default route via :data:`GATEWAY`, and whose host end
+    ``host_if`` the host routes ``ip``/32 to. Both namespaces must be ours."""
+    for ns in (host, pod):
+        if not ns.startswith(PREFIX):
+            raise ElastoreError(f"refusing to wire {ns!r}: not an elastore namespace")
+    _must(host, "ip", "link", "add", host_if, "type", "veth", "peer", "name", "eth0",
+          "netns", pod)
+    _must(host, "ip", "addr", "add", f"{GATEWAY}/32", "dev", host_if)
+    _must(host, "sysctl", "-qw", f"net.ipv4.conf.{host_if}.rp_filter=0")
+    _must(host, "ip", "link", "set", host_if, "up")
+    _must(host, "ip", "route", "add", f"{ip}/32", "dev", host_if, "scope", "link")
+    _must(pod, "ip", "addr", "add", f"{ip}/32", "dev", "eth0")
+    _must(pod, "ip", "link", "set", "eth0", "up")
+    _must(pod, "ip", "route", "add", GATEWAY, "dev", "eth0", "scope", "link")
+    _must(pod, "ip", "route", "add", "default", "via", GATEWAY, "dev", "eth0")

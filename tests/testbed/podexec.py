@@ -34,8 +34,8 @@ def main(argv: list[str]) -> int:
         return 2
     with (d / "podexec.log").open("a") as f:
         f.write(f"{time.time():.3f} {node} {' '.join(argv)}\n")
-    res = nodetool(state.netns, ensure_jars(), JMX_BASE_PORT + node, *argv,
-                   timeout=24 * 3600)
+    where = next((state.node_ns(n) for n in state.nodes if n.n == node), state.netns)
+    res = nodetool(where, ensure_jars(), JMX_BASE_PORT + node, *argv, timeout=24 * 3600)
     sys.stdout.write(res.stdout)
     sys.stderr.write(res.stderr)
     return res.returncode
