@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from elastore.errors import ElastoreError
-from elastore.models.bandwidth import Policy
+from elastore.models.bandwidth import Allocation, Policy
 from elastore.models.bundle import ModelSet
 
 
@@ -103,3 +103,36 @@ def decide(obs: NodeObservation, models: ModelSet, cfg: BwManConfig) -> BwManDec
                f"{migration + cfg.gossip_margin_mbit:.1f} storage; stream throttle "
                f"{stream:.2f} MiB/s",
     )
+
+
+def missing_regressions(models: ModelSet) -> str | None:
+    """Why BwMan cannot split a link with these models (None: it can): the regressions it
+    needs that they lack (``elastore models fit --bandwidth``)."""
+    bw = models.bandwidth
+    missing = [name for name, curve in (("bandwidth.client", bw.client),
+                                        ("bandwidth.migration", bw.migration))
+               if curve is None]
+    if not missing:
+        return None
+    return (f"the models have no {' and no '.join(missing)} regression (fit them with "
+            "`elastore models fit --bandwidth`)")
+
+
+def split_rate(models: ModelSet, total_mbit: float | None, per_server_rps: float,
+               rate_mibps: float, policy: Policy, min_mibps: float = 0.0
+               ) -> tuple[float, Allocation | None, str]:
+    """The planner's migration rate once BwMan splits a server's link of ``total_mbit``
+    between its client load and the migration (the reference text's 5.2.2, what the
+    ``policy`` decides when both do not fit), never below ``min_mibps`` (a migration is
+    slowed, never stopped). Without a link total, or without the regressions, the rate is
+    unchanged, and the reason says which."""
+    if total_mbit is None:
+        return rate_mibps, None, ""
+    missing = missing_regressions(models)
+    if missing is not None:
+        return rate_mibps, None, (f"no BwMan split of the {total_mbit:g} Mbit/s link: "
+                                  f"{missing}; migration at the planner's rate")
+    alloc = models.bandwidth.split(total_mbit, per_server_rps, rate_mibps, policy)
+    rate = max(alloc.migration_mibps, min_mibps) if rate_mibps > 0 else 0.0
+    return rate, alloc, (f"BwMan ({Policy(policy).value}) on {total_mbit:g} Mbit/s at "
+                         f"{per_server_rps:,.0f} req/s per server: {alloc.reason}")

@@ -39,6 +39,7 @@ import numpy as np
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.migration import MigrationModel, mixture_p95
+from elastore.planner.bwman import split_rate
 from elastore.planner.schedule import Horizon, IntArray, RateRule, Schedule, cheapest
 from elastore.planner.types import Action, FloatArray, LoadPath, Observation, Plan, PlannerConfig
 
@@ -96,7 +97,7 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
     sched = cheapest(h, n0, cfg.penalty, terminal=terminal, floor=floor)
     hold = float(np.sum(dt_h * (n0 + cfg.penalty * h.idle_violates[n0 - n_lo]))
                  + terminal[n0 - n_lo])
-    return _plan(obs, cfg, h, sched, times, median, scen, hold, mig, s0)
+    return _plan(obs, cfg, models, h, sched, times, median, scen, hold, mig, s0)
 
 
 def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: FloatArray,
@@ -154,8 +155,8 @@ def _hms(seconds: float) -> str:
     return f"{m // 60} h {m % 60:02d} min" if m >= 60 else f"{m} min"
 
 
-def _plan(obs: Observation, cfg: PlannerConfig, h: Horizon, sched: Schedule,
-          times: FloatArray, median: FloatArray, scen: FloatArray, hold: float,
+def _plan(obs: Observation, cfg: PlannerConfig, models: ModelSet, h: Horizon,
+          sched: Schedule, times: FloatArray, median: FloatArray, scen: FloatArray, hold: float,
           mig: MigrationModel, s0: int) -> Plan:
     dt = h.step_s
     t_e = obs.now_s + cfg.window_s
@@ -207,6 +208,11 @@ def _plan(obs: Observation, cfg: PlannerConfig, h: Horizon, sched: Schedule,
         rule = h.rules[sched.rule_index[first.rule]]
         table = rule.add_mibps if first.n_to > first.n_from else rule.remove_mibps
         rate = float(table[first.n_from - h.n_lo, min(first.boot_end, len(times) - 1)])
+    # BwMan's split of the server's link, when its total is known (what the policy decides
+    # when the clients and the migration do not both fit)
+    rate, alloc, split = split_rate(models, cfg.total_bandwidth_mbit,
+                                    obs.load_rps / max(1, obs.replicas), rate, cfg.policy,
+                                    cfg.min_migration_mibps)
     k90 = int(np.argmax(median))
     why = [f"horizon plan over {_hms(cfg.lookahead_s)}: forecast {median[0]:,.0f} req/s now, "
            f"median peak {median[k90]:,.0f} req/s at {_clock(float(times[k90]), obs.now_s)}, "
@@ -221,9 +227,11 @@ def _plan(obs: Observation, cfg: PlannerConfig, h: Horizon, sched: Schedule,
         why.append(f"next: {actions[0].reason} at {_clock(actions[0].at_s, obs.now_s)}")
     else:
         why.append(f"no change: {sched.n0} server(s) over the horizon")
+    if split:
+        why.append(split)
     why.append(f"migration at {rate:.2f} MiB/s per server")
     return Plan(now_s=obs.now_s, window_end_s=t_e, actions=tuple(actions),
-                desired_replicas=desired, migration_mibps=rate, bandwidth=None,
+                desired_replicas=desired, migration_mibps=rate, bandwidth=alloc,
                 queued=obs.operation is not None and bool(actions), reason="; ".join(why),
                 details={"mode": "horizon", "proactive_unbounded": raw,
                          "proactive": desired, "base": sched.n0, "expected_u": sched.cost,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from elastore.models.bandwidth import Allocation
 from elastore.models.bundle import ModelSet
 from elastore.models.migration import MigrationEstimate, MigrationModel
+from elastore.planner.bwman import split_rate
 from elastore.planner.stabilization import stabilized
 from elastore.planner.types import Action, Observation, Plan, PlannerConfig
 
@@ -215,17 +216,14 @@ def _schedule(w: _Window, tg: _Targets) -> _Schedule:
     return _Schedule(actions, True, t_r, t_p, proactive)
 
 
-def _migration(w: _Window) -> tuple[float, Allocation | None]:
+def _migration(w: _Window) -> tuple[float, Allocation | None, str]:
     """The migration rate to enforce now (f() at the current per-server load) and, when the
-    server's bandwidth is known, BwMan's split of it."""
+    server's bandwidth is known, BwMan's split of it (and what it did)."""
     obs, cfg = w.obs, w.cfg
     per_server = obs.load_rps / max(1, obs.replicas)
     rate = w.mig.rate(per_server, obs.read_ratio, obs.interference)
-    bw = w.models.bandwidth
-    if cfg.total_bandwidth_mbit is None or bw.client is None or bw.migration is None:
-        return rate, None
-    alloc = bw.split(cfg.total_bandwidth_mbit, per_server, rate, cfg.policy)
-    return (alloc.migration_mibps if rate > 0 else 0.0), alloc
+    return split_rate(w.models, cfg.total_bandwidth_mbit, per_server, rate, cfg.policy,
+                      cfg.min_migration_mibps)
 
 
 def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
@@ -246,7 +244,9 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
     if actions and actions[-1].expected_end_s > w.t_e + 1e-6:
         w.why.append(f"the change cannot finish in this window (ends "
                      f"{actions[-1].expected_end_s - w.t_e:.0f} s late)")
-    rate, alloc = _migration(w)
+    rate, alloc, split = _migration(w)
+    if split:
+        w.why.append(split)
     w.why.append(f"migration at {rate:.2f} MiB/s per server")
     if not actions:
         w.why.append(f"no change: {w.base} server(s)")

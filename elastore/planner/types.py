@@ -69,6 +69,10 @@ class PlannerConfig:
         if self.mode == "horizon" and not self.lookahead_s >= self.window_s:
             problems.append(f"lookahead {self.lookahead_s:g} s is shorter than the window "
                             f"{self.window_s:g} s")
+        if self.total_bandwidth_mbit is not None and not (
+                math.isfinite(self.total_bandwidth_mbit) and self.total_bandwidth_mbit > 0):
+            problems.append(f"total bandwidth {self.total_bandwidth_mbit!r} Mbit/s is not a "
+                            "finite number > 0")
         if not self.penalty >= 0 or self.plan_step_s < 0:
             problems.append("the penalty and the plan step must be >= 0")
         if problems:
