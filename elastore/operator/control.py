@@ -123,7 +123,9 @@ def planner_config(spec: PolicySpec) -> PlannerConfig:
         policy=Policy(spec.migration_policy), min_migration_mibps=spec.min_migration_mibps,
         max_migration_mibps=spec.max_migration_mibps,
         mode="horizon" if spec.planner_mode == "Horizon" else "window",
-        lookahead_s=spec.lookahead_s, penalty=spec.violation_penalty)
+        lookahead_s=spec.lookahead_s, penalty=spec.violation_penalty,
+        # BwMan's split of each node's link, when the policy gives its total
+        total_bandwidth_mbit=spec.node_mbit)
 
 
 def policy_loop(spec: PolicySpec, models: ModelSet) -> PolicyLoop:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastore.errors import ElastoreError
+from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
 from elastore.units import MIB
 
@@ -49,6 +50,19 @@ DEFAULT_QUERIES = {
 #: queries without a default: the Hubbub-scale interference index (in [0, 1]) comes from the
 #: platform's metrics, which differ from one cluster to the next
 OPTIONAL_QUERIES = ("interference",)
+
+
+#: the ports BwMan tells a store's client traffic from its storage traffic by, per store
+#: (``spec.bandwidth.clientPorts`` / ``storagePorts`` when absent): Cassandra's native
+#: protocol; its inter-node messaging and streaming, plain and TLS. Swift has none built in.
+DEFAULT_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "cassandra": ((9042,), (7000, 7001)),
+}
+#: ``spec.bandwidth.nodeMbit`` must exceed this: BwMan keeps a gossip margin for the storage
+#: class and a floor for the clients (:class:`~elastore.planner.bwman.BwManConfig`)
+MIN_NODE_MBIT = BwManConfig.gossip_margin_mbit + BwManConfig.min_client_mbit
+MAX_NODE_MBIT = 1e6  # 1 Tbit/s
+MAX_PORTS = 16
 
 
 class SpecError(ElastoreError):
@@ -141,6 +155,11 @@ class PolicySpec:
     min_free_fraction: float = 0.2
     #: room kept for compaction's temporary copies, as a fraction of a node's load
     compaction_margin: float = 0.5
+    #: Mbit/s, the link total per node BwMan splits between clients and storage
+    #: (``spec.bandwidth.nodeMbit``, configured, not measured); None: no split
+    node_mbit: float | None = None
+    client_ports: tuple[int, ...] = DEFAULT_PORTS["cassandra"][0]
+    storage_ports: tuple[int, ...] = DEFAULT_PORTS["cassandra"][1]
 
     @property
     def enforce(self) -> bool:
@@ -184,6 +203,47 @@ def _enum(v: Any, allowed: tuple[str, ...], where: str) -> str:
     if v not in allowed:
         raise SpecError(f"must be one of {', '.join(allowed)}, got {v!r}", where)
     return str(v)
+
+
+def _ports(v: Any, where: str) -> tuple[int, ...]:
+    if not isinstance(v, list) or not 1 <= len(v) <= MAX_PORTS:
+        raise SpecError(f"must be a list of 1 to {MAX_PORTS} port numbers, got {v!r}", where)
+    for p in v:
+        if isinstance(p, bool) or not isinstance(p, int) or not 1 <= p <= 65535:
+            raise SpecError(f"{p!r} is not a port number (an integer in 1..65535)", where)
+    if len(set(v)) != len(v):
+        raise SpecError(f"lists a port twice: {v}", where)
+    return tuple(v)
+
+
+def _bandwidth(b: Any, store: str) -> tuple[float | None, tuple[int, ...], tuple[int, ...]]:
+    """``spec.bandwidth``: the link total per node (None: no split) and the ports that tell
+    client from storage traffic (the store's defaults when absent)."""
+    if b is None:
+        b = {}
+    if not isinstance(b, dict):
+        raise SpecError("must be an object", "spec.bandwidth")
+    node = b.get("nodeMbit")
+    mbit = None if node is None else _num(
+        node, "spec.bandwidth.nodeMbit", MIN_NODE_MBIT, MAX_NODE_MBIT, lo_open=True)
+    default = DEFAULT_PORTS.get(store)
+    ports: list[tuple[int, ...]] = []
+    for k, key in enumerate(("clientPorts", "storagePorts")):
+        where = f"spec.bandwidth.{key}"
+        if key in b:
+            ports.append(_ports(b[key], where))
+        elif default is not None:
+            ports.append(default[k])
+        elif mbit is not None:
+            raise SpecError(f"has no default for store {store}: name the ports whose traffic "
+                            "BwMan splits", where)
+        else:
+            ports.append(())
+    both = sorted(set(ports[0]) & set(ports[1]))
+    if both:
+        raise SpecError(f"clientPorts and storagePorts must be disjoint: {both} in both "
+                        f"(client {list(ports[0])}, storage {list(ports[1])})", "spec.bandwidth")
+    return mbit, ports[0], ports[1]
 
 
 def parse(spec: Any) -> PolicySpec:
@@ -301,6 +361,7 @@ def parse(spec: Any) -> PolicySpec:
         raise SpecError("interference.enabled needs spec.metrics.prometheus.queries."
                         "interference (a PromQL index in [0, 1])", "spec.interference")
     down = spec.get("scaleDown") or {}
+    node_mbit, client_ports, storage_ports = _bandwidth(spec.get("bandwidth"), target.store)
     return PolicySpec(
         target=target, min_replicas=lo, max_replicas=hi, slo_latency_ms=latency,
         slo_percentile=pct, control_period_s=period, mode=mode, prediction_method=method,
@@ -320,4 +381,5 @@ def parse(spec: Any) -> PolicySpec:
                                "spec.scaleDown.minFreeFraction", 0, 0.9),
         compaction_margin=_num(_get(down, "compactionMargin", 0.5, "spec.scaleDown"),
                                "spec.scaleDown.compactionMargin", 0, 2),
+        node_mbit=node_mbit, client_ports=client_ports, storage_ports=storage_ports,
     )
