@@ -177,6 +177,25 @@ class KubeActuator:
                     for c in (p.status.conditions or []))
         return True, ready
 
+    def pod_identity(self, ns: str, name: str, container: str) -> str | None:
+        """``"<uid>/<restartCount>"`` of a Running, ready pod's ``container``; else None."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            p: Any = self.core.read_namespaced_pod(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ElastoreError(f"reading pod {ns}/{name}: {exc.reason}") from exc
+        st = p.status
+        if p.metadata.deletion_timestamp is not None or st is None or st.phase != "Running":
+            return None
+        if not any(c.type == "Ready" and c.status == "True" for c in (st.conditions or [])):
+            return None
+        restarts = next((str(c.restart_count) for c in (st.container_statuses or [])
+                         if c.name == container), "-")
+        return f"{p.metadata.uid}/{restarts}"
+
     def exec(self, ns: str, pod: str, container: str, argv: list[str],
              timeout_s: float = 120.0) -> ExecResult:
         """Run ``argv`` in the pod's container (pods/exec) and wait for it."""
@@ -280,8 +299,12 @@ class KubeActuator:
         args, applied = stream_setting(mibps)
         failed = []
         for p in pods:
-            res = self.nodetool(ns, p, container, nodetool, "setstreamthroughput", *args,
-                                timeout_s=60)
+            try:
+                res = self.nodetool(ns, p, container, nodetool, "setstreamthroughput", *args,
+                                    timeout_s=60)
+            except ElastoreError as exc:  # the exec itself: the next pod is still tried
+                failed.append(f"{p}: {str(exc)[:200]}")
+                continue
             if res.rc != 0:
                 failed.append(f"{p}: {failure_summary(res.stdout, res.stderr, 200)}")
         if failed:

@@ -54,6 +54,12 @@ class ClusterPort(Protocol):
     def pod(self, ns: str, name: str) -> tuple[bool, bool]:
         """(exists, ready); a pod being deleted exists and is not ready."""
 
+    def pod_identity(self, ns: str, name: str, container: str) -> str | None:
+        """``"<uid>/<restartCount of container>"`` while the pod runs and is ready; None if
+        it does not exist, is being deleted, or is not Running and ready. A new value means
+        a new process in the container: whatever was set in it at run time (the stream
+        throttle) is gone."""
+
     def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
                   ) -> str | None:
         """The pod's node's ring mode (``nodetool netstats``); None if it did not answer."""
@@ -71,7 +77,9 @@ class ClusterPort(Protocol):
 
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
-        """Every listed node's outgoing stream throttle; the MiB/s actually set."""
+        """Every listed node's outgoing stream throttle; the MiB/s actually set. Tries every
+        pod; if any failed, raises naming each one that did (the others are set): the
+        operator calls it one pod at a time, to know which."""
 
     def pvc_exists(self, ns: str, name: str) -> bool: ...
 

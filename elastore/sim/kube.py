@@ -56,7 +56,13 @@ class SimulatedKube:
         self.failures: dict[str, str] = {}
         self.down: set[int] = set()  # tests: nodes nodetool status shows DN
         self.keyspaces: dict[str, int] = {"ks": 3}  # name -> replication factor
-        self.stream_mibps = stream_mibps  # every node's stream throttle
+        self.stream_mibps = stream_mibps  # the stream throttle the simulated cluster runs at
+        self.default_stream_mibps = stream_mibps  # a node's throttle until one is set
+        self.pod_stream: dict[int, float] = {}  # each node's throttle as set (absent: default)
+        self.throttle_fails: set[str] = set()  # tests: pods whose setstreamthroughput fails
+        self.uids = {k: k for k in range(self.spec_replicas)}  # each pod's incarnation
+        self.restarts: dict[int, int] = {}  # each pod's container restartCount
+        self._next_uid = self.spec_replicas
         self.decommissioned: set[int] = set()  # nodes that left the ring; their pod remains
         self.pvcs = {self._pvc(k) for k in range(self.spec_replicas)} - {None}
         self._leaving: int | None = None  # the node a decommission was issued for
@@ -132,8 +138,10 @@ class SimulatedKube:
             for k in range(self.spec_replicas, replicas):
                 if (pvc := self._pvc(k)) is not None:
                     self.pvcs.add(pvc)
+                self._new_pod(k)
             self.cluster.target = max(self.cluster.target, replicas)
         for k in range(replicas, self.spec_replicas):  # pods removed
+            self.pod_stream.pop(k, None)
             if k in self.decommissioned:
                 self.decommissioned.discard(k)
             elif k < self.cluster.serving:
@@ -141,6 +149,39 @@ class SimulatedKube:
                                        "its node still held data")
                 self.cluster.target = min(self.cluster.target, k)
         self.spec_replicas = replicas
+
+    def _new_pod(self, k: int) -> None:
+        self.uids[k] = self._next_uid
+        self._next_uid += 1
+        self.restarts.pop(k, None)
+        self.pod_stream.pop(k, None)
+
+    def restart(self, pod: str, recreate: bool = False) -> None:
+        """Tests: the pod's store container restarts (its restartCount grows), or the pod is
+        deleted and created again (a new uid); either way its node forgets the throttle set
+        at run time and streams at the default."""
+        k = self._ordinal(self.namespace, pod)
+        if k is None:
+            raise ElastoreError(f"pod {self.namespace}/{pod} does not exist")
+        if recreate:
+            self._new_pod(k)
+        else:
+            self.restarts[k] = self.restarts.get(k, 0) + 1
+            self.pod_stream.pop(k, None)
+
+    def pod_identity(self, ns: str, name: str, container: str) -> str | None:
+        self._sync()
+        k = self._ordinal(ns, name)
+        if k is None or not self._ready(k):
+            return None
+        return f"sim-{self.uids.get(k, k)}/{self.restarts.get(k, 0)}"
+
+    def node_stream(self, pod: str) -> float:
+        """Tests: the stream throttle pod's node runs at now."""
+        k = self._ordinal(self.namespace, pod)
+        if k is None:
+            raise ElastoreError(f"pod {self.namespace}/{pod} does not exist")
+        return self.pod_stream.get(k, self.default_stream_mibps)
 
     def pod(self, ns: str, name: str) -> tuple[bool, bool]:
         self._sync()
@@ -182,8 +223,18 @@ class SimulatedKube:
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
         _, applied = stream_setting(mibps)
-        self.calls.append((self.now_s, f"setstreamthroughput {applied:.3f}"))
-        self.stream_mibps = applied
+        failed = []
+        for pod in pods:
+            k = self._ordinal(ns, pod)
+            if k is None or pod in self.throttle_fails:
+                failed.append(f"{pod}: nodetool setstreamthroughput exited 1" if k is not None
+                              else f"{pod}: no such pod")
+                continue
+            self.calls.append((self.now_s, f"setstreamthroughput {applied:.3f} {pod}"))
+            self.pod_stream[k] = applied
+            self.stream_mibps = applied
+        if failed:
+            raise ElastoreError("setstreamthroughput failed on " + "; ".join(failed))
         return applied
 
     def pvc_exists(self, ns: str, name: str) -> bool:
