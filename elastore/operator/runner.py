@@ -13,9 +13,13 @@ A tick, in order:
 2. :meth:`Runner._continue_operation`: an operation in progress is advanced first; its new
    state is written to the status *before* its effect is carried out, so a restart finds it;
 3. :meth:`Runner._control_period` when one is due: metrics, forecast, plan (missing
-   metrics: ``Degraded``, no plan, no action); in Enforce mode the migration rate is set on
-   every node when it changed;
-4. :meth:`Runner._start_step`: if the plan wants other replicas now, no operation runs and
+   metrics: ``Degraded``, no plan, no action), and with ``spec.bandwidth.nodeMbit`` BwMan's
+   split of each node's link (``status.bandwidth``, :mod:`elastore.operator.bandwidth`);
+4. :meth:`Runner._throttle` (Enforce mode): the stream throttle in force reaches every
+   ready pod that has not got it from this process: a new pod, a restarted one (its uid or
+   its container's restartCount changed), every pod after an operator restart; a pod whose
+   call failed is retried the next period;
+5. :meth:`Runner._start_step`: if the plan wants other replicas now, no operation runs and
    the policy is in Enforce mode with evidence, one node step starts (scale-in only after
    its checks).
 
@@ -35,7 +39,7 @@ from typing import Any, Literal
 from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
-from elastore.operator import control, operation
+from elastore.operator import bandwidth, control, operation
 from elastore.operator.metrics import MetricsSource, PrometheusSource, Snapshot
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runtime import DEFAULT_NODETOOLS
@@ -78,6 +82,18 @@ class _Tick:
     blocked: tuple[str, str] | None = None  # (reason, message): Enforce may not touch it
     operation: operation.OperationState | None = None  # the one in progress, if any
     ring_checked: bool = False  # the ring was judged fit for a decommission this tick
+    period: bool = False  # a control period was due this tick
+    stream_mibps: float | None = None  # the stream throttle decided this tick
+
+    def pods(self) -> list[str]:
+        """The target's pods now: ordinals up to the larger of its replicas and the
+        operation's ``toReplicas`` (the operation as this tick leaves it)."""
+        assert self.spec is not None and self.sts is not None
+        op = self.out["operation"] if "operation" in self.out else \
+            self.status.get("operation")
+        to = op.get("toReplicas") if isinstance(op, dict) else None
+        return bandwidth.pod_names(self.spec.target.name, self.sts.spec_replicas,
+                                   to if isinstance(to, int) else None)
 
     @property
     def last_decision(self) -> dict[str, Any]:
@@ -103,6 +119,16 @@ class Runner:
     source: Callable[[PolicySpec, str], MetricsSource] = prometheus_source
     #: the nodetool commands this operator may run (``elastore operator run --nodetool``)
     nodetools: tuple[tuple[str, ...], ...] = DEFAULT_NODETOOLS
+    #: pod -> (its identity, the stream throttle it got, MiB/s as applied): this process's
+    #: own record, never the status, so a restarted operator sets every pod again
+    _throttled: dict[str, tuple[str, float]] = field(default_factory=dict, init=False,
+                                                     repr=False)
+    #: pod -> (its identity, the throttle that failed on it): retried the next period
+    _throttle_failed: dict[str, tuple[str, float]] = field(default_factory=dict, init=False,
+                                                           repr=False)
+    #: the stream throttle this process decided last (MiB/s, as asked)
+    _stream_mibps: float | None = field(default=None, init=False, repr=False)
+    _warned: set[str] = field(default_factory=set, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------
     def tick(self) -> float:
@@ -155,12 +181,16 @@ class Runner:
         # the forecast and the status keep updating while an operation runs: the plan
         # starts from the operation's outcome and waits for it
         degraded = self._control_period(t)
+        self._throttle(t)  # the throttle in force, also when this period had no evidence
         if degraded is not None:
+            self._bandwidth_pods(t)
             return (POLL_S, degraded[1]) if running else degraded
         partial = self._partial(t)
         if partial is None:
             t.cond("Degraded", False, "Healthy", "metrics and target found")
-        if running or self._start_step(t):
+        started = running or self._start_step(t)
+        self._bandwidth_pods(t)
+        if started:
             return POLL_S, partial
         return self._next_wait(t), partial
 
@@ -316,6 +346,7 @@ class Runner:
             last.get("generation") != t.gen
         if not due:
             return None
+        t.period = True
         t0 = time.monotonic()
         try:
             decision, snap = self._decide(spec, sts.spec_replicas, t.memory, t.now,
@@ -334,8 +365,7 @@ class Runner:
             self._record(decision)
             self.telemetry.decision_seconds.labels(self.namespace, self.name).observe(
                 time.monotonic() - t0)
-        if spec.enforce and spec.target.store == "cassandra" and t.blocked is None:
-            self._throttle(t, decision)
+        t.stream_mibps = self._bandwidth(t, decision, snap)
         return None
 
     def _no_decision(self, t: _Tick, exc: ElastoreError) -> tuple[float, tuple[str, str]]:
@@ -399,30 +429,111 @@ class Runner:
         tm.desired.labels(self.namespace, self.name).set(d.desired_replicas)
         tm.migration.labels(self.namespace, self.name).set(d.migration_mibps)
 
-    def _throttle(self, t: _Tick, d: control.Decision) -> None:
-        """Set the decided migration rate on every node when it moved (Enforce mode)."""
+    def _bandwidth(self, t: _Tick, d: control.Decision, snap: Snapshot) -> float:
+        """BwMan's split of each node's link for this period (``status.bandwidth``, in both
+        modes: the node agent applies it), and the stream throttle to set: the split's,
+        else the plan's rate within the policy's bounds."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        plain = min(max(d.migration_mibps, spec.min_migration_mibps), spec.max_migration_mibps)
+        if spec.node_mbit is None:
+            if t.status.get("bandwidth") is not None:
+                t.out["bandwidth"] = None
+            return plain
+        models = self.models(spec)
+        why = bandwidth.unavailable(spec, models)
+        if why is not None:
+            t.out["bandwidth"] = None
+            if "bandwidth" not in self._warned:  # once per process: the Decision says it too
+                self._warned.add("bandwidth")
+                self.policies.event(t.body, "NoBandwidthModel", why, warning=True)
+            return plain
+        self._warned.discard("bandwidth")
+        try:
+            split = bandwidth.node_split(spec, d, sts.spec_replicas, snap.read_ratio, models)
+        except ElastoreError as exc:  # a model that cannot split: said, never a guess
+            t.out["bandwidth"] = None
+            self.policies.event(t.body, "BandwidthSplitFailed", str(exc), warning=True)
+            return plain
+        t.out["bandwidth"] = bandwidth.to_status(split, t.pods())
+        return split.stream_mibps
+
+    def _bandwidth_pods(self, t: _Tick) -> None:
+        """The published split lists the target's pods as they are at the tick's end (a
+        scale-out's new pod is shaped from the moment it is asked for, not a period later)."""
+        if t.spec is None or t.sts is None or t.spec.node_mbit is None:
+            return
+        new = bandwidth.with_pods(t.out.get("bandwidth", t.status.get("bandwidth")), t.pods())
+        if new is not None:
+            t.out["bandwidth"] = new
+
+    def _throttle(self, t: _Tick) -> None:
+        """The stream throttle in force, on every ready pod of the target that has not got
+        it from this process (Enforce mode, Cassandra): after a change of rate, on a new or
+        restarted pod, and on every pod after the operator restarted. One call per pod: a
+        pod whose call fails is retried the next period; the others keep theirs."""
         from elastore.actuators.nodetool import stream_setting
 
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
-        want = min(max(d.migration_mibps, spec.min_migration_mibps), spec.max_migration_mibps)
-        _, applied = stream_setting(want)
-        prev = t.status.get("migrationMiBps")
-        if prev is not None and abs(float(prev) - applied) < 1e-6:
+        if not spec.enforce or spec.target.store != "cassandra" or t.blocked is not None:
             return
-        pods = [f"{spec.target.name}-{k}" for k in range(sts.spec_replicas)]
-        try:
-            got = self.kube.set_stream_throughput(self.namespace, pods, spec.target.container,
-                                                  spec.target.nodetool, want)
-        except ElastoreError as exc:
-            self.policies.event(t.body, "ThrottleFailed", str(exc), warning=True)
-            t.cond("Throttling", False, "ThrottleFailed", str(exc))
+        rate = t.stream_mibps if t.stream_mibps is not None else self._stream_mibps
+        if rate is None:  # a restarted operator: the rate its predecessor set, within bounds
+            prev = t.status.get("migrationMiBps")
+            if not isinstance(prev, int | float) or isinstance(prev, bool):
+                return
+            rate = float(prev)
+        rate = min(max(rate, spec.min_migration_mibps), spec.max_migration_mibps)
+        self._stream_mibps = rate
+        _, applied = stream_setting(rate)
+        t.out["migrationMiBps"] = applied
+        pods = t.pods()
+        for gone in set(self._throttled) - set(pods):
+            del self._throttled[gone]
+        for gone in set(self._throttle_failed) - set(pods):
+            del self._throttle_failed[gone]
+        done: list[str] = []
+        failed: list[str] = []
+        waiting: list[str] = []
+        for pod in pods:
+            try:
+                ident = self.kube.pod_identity(self.namespace, pod, spec.target.container)
+            except ElastoreError as exc:
+                log.warning("%s/%s: %s", self.namespace, self.name, exc)
+                ident = None
+            if ident is None:  # absent, not running or not ready: set once it is
+                waiting.append(pod)
+                continue
+            if self._throttled.get(pod) == (ident, applied):
+                continue
+            if not t.period and self._throttle_failed.get(pod) == (ident, applied):
+                failed.append(pod)  # retried the next period
+                continue
+            try:
+                self.kube.set_stream_throughput(self.namespace, [pod], spec.target.container,
+                                                spec.target.nodetool, rate)
+            except ElastoreError as exc:
+                self._throttle_failed[pod] = (ident, applied)
+                failed.append(pod)
+                self.policies.event(t.body, "ThrottleFailed", str(exc), warning=True)
+                continue
+            self._throttle_failed.pop(pod, None)
+            self._throttled[pod] = (ident, applied)
+            done.append(pod)
+        if done:
+            self.policies.event(t.body, "Throttle", f"stream throughput {applied:.3f} MiB/s on "
+                                                    f"{', '.join(done)}")
+        if failed:
+            t.cond("Throttling", False, "ThrottleFailed",
+                   f"setstreamthroughput {applied:.3f} MiB/s failed on {', '.join(failed)} "
+                   "(retried the next period); the Event ThrottleFailed says why")
             return
-        t.out["migrationMiBps"] = got
-        self.policies.event(t.body, "Throttle", f"stream throughput {got:.3f} MiB/s on "
-                                                f"{len(pods)} node(s)")
-        t.cond("Throttling", got < spec.max_migration_mibps, "Throttle",
-               f"migration at {got:.3f} MiB/s per node")
+        ready = len(pods) - len(waiting)
+        msg = f"migration at {applied:.3f} MiB/s per node on {ready} of {len(pods)} pod(s)"
+        if waiting:
+            msg += f"; {', '.join(waiting)} not ready: set once ready"
+        t.cond("Throttling", applied < spec.max_migration_mibps, "Throttle", msg)
 
     # -- 4. the next node step -----------------------------------------------------------------
     def _start_step(self, t: _Tick) -> bool:
