@@ -140,6 +140,11 @@ INVALID = [
     ("container not a name", {"target": {
         "name": "cass", "replicationFactor": 3, "container": "cassandra; sh"}},
      "spec.target.container in body should match"),
+    ("a link of 1 Mbit/s", {"bandwidth": {"nodeMbit": 1}}, "spec.bandwidth.nodeMbit"),
+    ("port 0", {"bandwidth": {"clientPorts": [0]}}, "spec.bandwidth.clientPorts[0]"),
+    ("a port both client and storage", {"bandwidth": {"clientPorts": [9042, 7000],
+                                                      "storagePorts": [7000]}},
+     "bandwidth.clientPorts and bandwidth.storagePorts must be disjoint"),
 ]
 
 
@@ -172,10 +177,20 @@ def test_recommend_mode_publishes_its_plan_and_changes_nothing_else(
     sts_before = get(cp, "statefulset", "cass", ns)
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
     try:
-        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url))
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url,
+                                                         bandwidth={"nodeMbit": 100}))
         st = wait_until("a decision", lambda: status_when(
             cp, "orders", ns, lambda s: bool(s.get("forecast"))), 150)
         assert st["forecast"]["requestsPerSecond"] == pytest.approx(800, rel=0.1)
+        # BwMan's split, as the API server stored it (the typed status prunes what it
+        # does not declare): advice in Recommend, for the node agent
+        bw = st["bandwidth"]
+        assert bw["nodeMbit"] == 100 and bw["source"] == "spec.bandwidth.nodeMbit"
+        assert bw["clientPorts"] == [9042] and bw["storagePorts"] == [7000, 7001]
+        assert {"policy", "forecastRpsPerNode", "clientMbit", "storageMbit", "streamMiBps",
+                "at", "reason"} <= set(bw)
+        assert [p["name"] for p in bw["pods"]] == ["cass-0", "cass-1", "cass-2"]
+        assert bw["clientMbit"] + bw["storageMbit"] <= 100
         assert st["currentReplicas"] == 3 and st["desiredReplicas"] >= 5
         assert st["nextAction"]["replicas"] >= 4 and st["nextAction"]["reason"]
         assert cond(st, "Ready")["status"] == "True"
@@ -499,6 +514,9 @@ def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
         assert get(cp, "statefulset", "cass", ns)["spec"]["replicas"] == 5
         lines = calls.read_text().splitlines()
         assert [c.split()[1] for c in lines if c.split()[2:3] == ["decommission"]] == ["5"]
+        # the stream throttle reached every pod, each through its own call
+        assert {c.split()[1] for c in lines if c.split()[2:3] == ["setstreamthroughput"]} \
+            >= {"0", "1", "2", "3", "4", "5"}, lines
         assert "Forbidden" not in op.tail(20000), op.tail()
     finally:
         op.stop()
