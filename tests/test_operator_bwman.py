@@ -283,6 +283,31 @@ def test_throttle_is_set_again_on_a_restarted_pod(ms: ModelSet) -> None:
     assert len(rig.throttled()) == 5  # and nothing more
 
 
+def test_throttle_between_periods_reads_only_the_pods_without_it(ms: ModelSet) -> None:
+    """Ticks come every 5 s while an operation runs: a pod already set is not read again
+    until the next period (a restart is seen then), so the API server is not polled for
+    every pod every few seconds."""
+    c = per_server(ms)
+    rig = Rig(ms, lambda t: 2.5 * c, fixed_rate())
+    rig.run(5)
+    read: list[str] = []
+    real = rig.kube.pod_identity
+
+    def counted(ns: str, name: str, container: str) -> str | None:
+        read.append(name)
+        return real(ns, name, container)
+
+    rig.kube.pod_identity = counted  # type: ignore[method-assign]
+    for _ in range(5):
+        rig.t += 5
+        rig.tick_now()
+    assert read == []
+    rig.kube.restart("db-0")
+    rig.run(rig.t + 60)  # the next period reads every pod, and sets db-0 again
+    assert sorted(read) == ["db-0", "db-1", "db-2"]
+    assert rig.throttled() == ["db-0", "db-1", "db-2", "db-0"]
+
+
 def test_throttle_a_restarted_operator_sets_every_pod_at_once(ms: ModelSet) -> None:
     """The record of which pod got which rate is the process's own: a new operator sets
     every pod again at its first tick, mid-period, at the rate its predecessor set."""

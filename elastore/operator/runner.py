@@ -471,7 +471,9 @@ class Runner:
         """The stream throttle in force, on every ready pod of the target that has not got
         it from this process (Enforce mode, Cassandra): after a change of rate, on a new or
         restarted pod, and on every pod after the operator restarted. One call per pod: a
-        pod whose call fails is retried the next period; the others keep theirs."""
+        pod whose call fails is retried the next period; the others keep theirs. Every
+        pod's identity is read once a period (a restart is seen then); between periods
+        (every few seconds while an operation runs) only the pods without the rate."""
         from elastore.actuators.nodetool import stream_setting
 
         spec, sts = t.spec, t.sts
@@ -497,6 +499,12 @@ class Runner:
         failed: list[str] = []
         waiting: list[str] = []
         for pod in pods:
+            if not t.period:  # between periods only the pods without this rate are read
+                if self._throttled.get(pod, ("", -1.0))[1] == applied:
+                    continue
+                if self._throttle_failed.get(pod, ("", -1.0))[1] == applied:
+                    failed.append(pod)  # retried the next period
+                    continue
             try:
                 ident = self.kube.pod_identity(self.namespace, pod, spec.target.container)
             except ElastoreError as exc:
@@ -506,9 +514,6 @@ class Runner:
                 waiting.append(pod)
                 continue
             if self._throttled.get(pod) == (ident, applied):
-                continue
-            if not t.period and self._throttle_failed.get(pod) == (ident, applied):
-                failed.append(pod)  # retried the next period
                 continue
             try:
                 self.kube.set_stream_throughput(self.namespace, [pod], spec.target.container,
