@@ -233,7 +233,7 @@ def _nodetool(state: lab.LabState, n: int) -> Callable[[str], str]:
     node = next(x for x in state.nodes if x.n == n)
 
     def run(cmd: str) -> str:
-        res = nodetool(state.netns, ensure_jars(), node.spec.jmx_port, cmd)
+        res = nodetool(state.node_ns(node), ensure_jars(), node.spec.jmx_port, cmd)
         if res.returncode != 0:
             raise ElastoreError(f"nodetool {cmd} exited {res.returncode}: {res.stderr[-300:]}")
         return res.stdout
@@ -245,7 +245,7 @@ def _decommission(state: lab.LabState, n: int) -> subprocess.CompletedProcess[st
     from elastore.lab.cassandra import ensure_jars, nodetool
 
     node = next(x for x in state.nodes if x.n == n)
-    return nodetool(state.netns, ensure_jars(), node.spec.jmx_port, "decommission")
+    return nodetool(state.node_ns(node), ensure_jars(), node.spec.jmx_port, "decommission")
 
 
 class LabPort(SimulatedKube):

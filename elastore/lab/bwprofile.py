@@ -294,8 +294,8 @@ def _migration_points(state: Any, ips: list[str], shaper: Any, points: list[BwPo
         sampler = BusySampler(shaper, handles, 0.5 * p.mbit)
         t0 = time.monotonic()
         with sampler:
-            res = nodetool(state.netns, lib, target.spec.jmx_port, "rebuild", "-ks", "mig",
-                           timeout=3600)
+            res = nodetool(state.node_ns(target), lib, target.spec.jmx_port, "rebuild",
+                           "-ks", "mig", timeout=3600)
         busy, wire = sampler.busy_s, sampler.wire_bytes
         secs = time.monotonic() - t0
         if res.returncode != 0:

@@ -269,7 +269,7 @@ def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: li
 
     def rebuild(n: int) -> None:
         node = next(x for x in state.nodes if x.n == n)
-        res = nodetool(state.netns, lib, node.spec.jmx_port, "rebuild", "-ks", "bulk",
+        res = nodetool(state.node_ns(node), lib, node.spec.jmx_port, "rebuild", "-ks", "bulk",
                        timeout=900)
         if res.returncode != 0:
             raise ElastoreError(f"nodetool rebuild on node {n}: "
@@ -356,7 +356,7 @@ def settle(state: Any, lib: Path, nodetool: Any, echo: Callable[[str], None],
     while True:
         pending = {}
         for n in state.nodes:
-            res = nodetool(state.netns, lib, n.spec.jmx_port, "compactionstats")
+            res = nodetool(state.node_ns(n), lib, n.spec.jmx_port, "compactionstats")
             pending[n.n] = pending_compactions(res.stdout)
         if all(v == 0 for v in pending.values()):
             return
