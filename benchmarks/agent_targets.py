@@ -44,7 +44,8 @@ NS = "shop"
 PODS = ["cass-0", "cass-1", "cass-2"]
 POLICY = {"apiVersion": "elastore.io/v1alpha1", "kind": "ElasticPolicy",
           "metadata": {"name": "orders", "namespace": NS},
-          "spec": {"target": {"name": "cass", "replicationFactor": 3},
+          "spec": {"mode": "Enforce", "metrics": {"prometheus": {"url": "http://127.0.0.1:9"}},
+                   "target": {"name": "cass", "replicationFactor": 3},
                    "replicas": {"min": 3, "max": 6}, "slo": {"latencyMs": 100}}}
 
 

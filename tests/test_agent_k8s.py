@@ -32,6 +32,9 @@ NS = "shop"
 RELEASE = "bwk"
 AGENT_SA = f"{RELEASE}-elastore-agent"
 PERIOD_S = 1.0
+#: an Enforce policy (the agent shapes nothing for Recommend); no operator runs here, so its
+#: metrics source is never read
+ENFORCE = {"mode": "Enforce", "metrics": {"prometheus": {"url": "http://127.0.0.1:9"}}}
 
 
 def until(what: str, check: Callable[[], Any], timeout_s: float = 30) -> float:
@@ -68,7 +71,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
                         user=AGENT_SA)
         cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", NS, 3))
         cp.kubectl("apply", "-f", "-", stdin=statefulset("web", NS, 1, managed=False))
-        cp.kubectl("apply", "-f", "-", stdin=policy("orders", NS, "cass"))
+        cp.kubectl("apply", "-f", "-", stdin=policy("orders", NS, "cass", **ENFORCE))
         b = Bed(cp, net, kc, root, NS, PERIOD_S)
         b.wire_pods("cass", 3)
         b.wire_pods("web", 1)
@@ -160,12 +163,21 @@ def test_agent_keeps_the_shaping_when_the_api_cannot_be_read(bed: Bed) -> None:
         bed.cp.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
 
 
+def test_agent_a_policy_in_recommend_mode_changes_no_tc(bed: Bed) -> None:
+    bed.cp.kubectl("patch", "elasticpolicy", "orders", "-n", NS, "--type=merge", "-p",
+                   json.dumps({"spec": {"mode": "Recommend"}}))
+    until("Recommend: nothing shaped", lambda: bed.inventory().counts()["qdiscs"] == 0)
+    bed.cp.kubectl("patch", "elasticpolicy", "orders", "-n", NS, "--type=merge", "-p",
+                   json.dumps({"spec": {"mode": "Enforce"}}))
+    until("Enforce again: shaped", lambda: len(bed.shaped()) == 3)
+
+
 def test_agent_a_policy_gone_and_sigterm_leave_nothing_of_ours(bed: Bed) -> None:
     assert bed.agent is not None
     bed.cp.kubectl("delete", "elasticpolicy", "orders", "-n", NS, "--wait=false")
     until("everything unshaped", lambda: bed.inventory().counts() == {
         "qdiscs": 0, "classes": 0, "filters": 0, "ifbs": 0})
-    bed.cp.kubectl("apply", "-f", "-", stdin=policy("orders", NS, "cass"))
+    bed.cp.kubectl("apply", "-f", "-", stdin=policy("orders", NS, "cass", **ENFORCE))
     bed.set_split(["cass-0", "cass-1", "cass-2"], client=30, storage=69)
     until("shaped again", lambda: len(bed.shaped()) == 3)
     assert bed.agent.stop(signal.SIGTERM) == 0, bed.agent.tail()

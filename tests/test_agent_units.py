@@ -35,8 +35,9 @@ def bw_status(pods: list[str], client: float = 30.0, storage: float = 69.0,
             "pods": [{"name": p, "clientMbit": client, "storageMbit": storage} for p in pods]}
 
 
-def pol(name: str, ns: str, bandwidth: Any, **meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, **meta},
+def pol(name: str, ns: str, bandwidth: Any, mode: str = "Enforce", **meta: Any
+        ) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": ns, **meta}, "spec": {"mode": mode},
             "status": {"bandwidth": bandwidth}}
 
 
@@ -94,6 +95,11 @@ def test_agent_desired_a_pod_named_by_two_policies_is_left_alone() -> None:
 def test_agent_desired_a_policy_being_deleted_or_without_bandwidth_shapes_nothing() -> None:
     gone = pol("a", "shop", bw_status(["cass-0"]), deletionTimestamp="2026-01-01T00:00:00Z")
     assert desired([gone, pol("b", "shop", None)], [pod("cass-0", "shop")], NODE) == ({}, [])
+    # Recommend mode publishes the split and touches nothing, tc included
+    recommend = pol("c", "shop", bw_status(["cass-0"]), mode="Recommend")
+    assert desired([recommend], [pod("cass-0", "shop")], NODE) == ({}, [])
+    assert list(desired([pol("c", "shop", bw_status(["cass-0"]))], [pod("cass-0", "shop")],
+                        NODE)[0]) == ["shop/cass-0"]
     with pytest.raises(ValueError, match="clientPorts"):
         policy_pods(pol("c", "shop", {**bw_status(["x"]), "clientPorts": []}))
 

@@ -53,7 +53,13 @@ def run_cmd(node: str, period_s: float, namespaces: tuple[str, ...], kubeconfig:
             metrics_port: int, metrics_addr: str, log_level: str, once: bool,
             netns: str | None) -> None:
     """Reconcile every PERIOD seconds until SIGTERM/SIGINT, then remove every qdisc, class,
-    filter and ifb device of the agent's and exit."""
+    filter and ifb device of the agent's and exit.
+
+    \b
+    Example:
+      elastore agent run --node "$NODE_NAME" --period 5 --metrics-port 9103
+      elastore agent run --node kwok-node-0 --netns elastore-lab --once   # a test bed
+    """
     import logging
 
     from elastore.agent.agent import Agent, AgentMetrics, KubeReader, netlink_factory, serve
@@ -96,7 +102,13 @@ def run_cmd(node: str, period_s: float, namespaces: tuple[str, ...], kubeconfig:
 @_common
 def cleanup_cmd(netns: str | None) -> None:
     """Remove every qdisc, class, filter and ifb device of the agent's on this node (what a
-    killed agent left, when no agent will run here again)."""
+    killed agent left, when no agent will run here again).
+
+    \b
+    Example:
+      elastore agent cleanup                      # on the node, as root
+      elastore agent cleanup --netns elastore-lab
+    """
     from elastore.actuators.tc import PodShaper
     from elastore.agent.agent import netlink_factory
 

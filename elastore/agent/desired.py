@@ -1,8 +1,9 @@
 """What the agent wants on its node: from ElasticPolicies (their ``status.bandwidth``) and
 the pods on the node, the shaping of each pod. Pure: plain API objects in, plain data out.
 
-A pod is shaped when a policy's ``status.bandwidth.pods`` names it in the policy's own
-namespace, the pod runs on this node with an IP of its own (never a hostNetwork pod: its IP
+A pod is shaped when an Enforce-mode policy's ``status.bandwidth.pods`` names it in the
+policy's own namespace (a Recommend-mode policy publishes its split and changes nothing, tc
+included), the pod runs on this node with an IP of its own (never a hostNetwork pod: its IP
 is the node's) and is not being deleted. A policy being deleted, or whose bandwidth status is
 unreadable, shapes nothing (and says why); a pod two policies name is left alone.
 """
@@ -88,6 +89,8 @@ def desired(policies: list[dict[str, Any]], pods: list[dict[str, Any]], node: st
         pname = f"{ns}/{name}"
         if meta.get("deletionTimestamp"):
             continue
+        if (pol.get("spec") or {}).get("mode") != "Enforce":
+            continue  # Recommend (the default): the split is a recommendation only
         try:
             asked = policy_pods(pol)
         except Exception as exc:  # a bad status shapes nothing of that policy

@@ -118,8 +118,23 @@ class FifoLinks:
                     ipr.close()
 
     def close(self) -> None:
+        """Stop, and take every link off (the namespaces' deletion would too)."""
+        from pyroute2 import NetNS
+
         self.stop.set()
         self.thread.join(timeout=30)
+        ipr = NetNS(self.lab_ns)
+        try:
+            for link in ipr.get_links():
+                name = str(link.get_attr("IFLA_IFNAME"))
+                if name.startswith("lvn"):
+                    for kind, handle in (("htb", 0x10000), ("ingress", 0xFFFF0000)):
+                        with contextlib.suppress(Exception):
+                            ipr.tc("del", kind, int(link["index"]), handle)
+                elif name.startswith("xfifo"):
+                    ipr.link("del", index=int(link["index"]))
+        finally:
+            ipr.close()
 
 
 # --- one arm ------------------------------------------------------------------------------
@@ -233,11 +248,6 @@ def run_arm(cp: Any, name: str, rep: int, args: argparse.Namespace, load_rps: fl
                 cp, "elasticpolicy", "cass-elastic", ns).get("status") or {}).get("operation"),
                 1800, 5)
             events["scale_out_end_s"] = rel()
-        state = lab.LabState.load(lab_dir) or state
-        events["nodes_after"] = len(state.nodes)
-        after = lab.cql(state, "verify", "bulk")
-        events["rows_written"], events["rows_after"] = written["rows"], after["rows"]
-        events["checksum_equal"] = written["checksum"] == after["checksum"]
         if agent is not None:
             text = agent.metrics()
             events["agent_pods_shaped"] = next(
@@ -246,8 +256,19 @@ def run_arm(cp: Any, name: str, rep: int, args: argparse.Namespace, load_rps: fl
             events["agent_new_pod_shaped"] = f'pod="{STS}-3"' in text
             events["agent_errors"] = [x for x in text.splitlines()
                                       if x.startswith("elastore_agent_reconcile_errors_total")]
+            events["agent_exit"] = agent.stop()  # SIGTERM: it takes its shaping off
+            agent = None
         if links is not None:
             events["fifo_links"] = sorted(links.links)
+            links.close()
+            links = None
+        # the whole table at consistency ALL, off the slow links (a read of 30 MB through
+        # 8 Mbit/s timed out), as after any migration
+        state = lab.LabState.load(lab_dir) or state
+        events["nodes_after"] = len(state.nodes)
+        after = lab.cql(state, "verify", "bulk")
+        events["rows_written"], events["rows_after"] = written["rows"], after["rows"]
+        events["checksum_equal"] = written["checksum"] == after["checksum"]
         events["pod_agent"] = pod_agent.log[-10:]
         events["pod_agent_errors"] = pod_agent.errors
     finally:
