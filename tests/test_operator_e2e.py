@@ -8,6 +8,11 @@ Cassandra nodes, 3 -> 4 -> 3, on a load replayed from the Wikipedia trace.
   decommissions a real node through ``pods/exec``.
 * The operator reads the lab's real Prometheus through a loopback forwarder into the lab's
   namespace; it never connects to a pod IP.
+* The lab runs in its veth topology: each Cassandra node is a "pod" in a namespace of its
+  own at the IP kwok gave its pod, behind a veth from the lab's namespace (the Kubernetes
+  node). The policy has a link total (``spec.bandwidth.nodeMbit``, large enough not to slow
+  anything) and the BwMan node agent (``elastore agent run``) shapes every pod's veth with the
+  operator's split, the new node's pod included.
 * The capacity model is the lab profile measured on this machine (in a ConfigMap). The
   policy's SLO is derived from it and the workload: the p95 at which three servers, less
   the headroom, carry 80 % of the workload's peak. So the trace's daily rise needs a fourth
@@ -48,6 +53,7 @@ from k8s_support import (
     statefulset,
     wait_until,
 )
+from testbed.agentbed import AgentProcess
 from testbed.forward import Forwarder
 from testbed.k8s import ControlPlane
 
@@ -64,6 +70,7 @@ STEP = "20s"  # the predictor's step: one trace hour
 HEADROOM = 0.1
 STABILIZATION_S = 40
 MODEL = builtin_model("lab")
+NODE_MBIT = 1000.0  # each pod's link for BwMan: far above what the lab's streams use
 
 assert CRDS.is_dir()
 
@@ -75,6 +82,7 @@ class Run:
     root: Path
     fwd: Forwarder
     agent: LabPodAgent
+    node_agent: AgentProcess
     load: subprocess.Popen[bytes]
     written: dict[str, Any]
     slo_ms: float
@@ -83,9 +91,16 @@ class Run:
     operators: list[OperatorProcess] = field(default_factory=list)
     samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    ips: dict[str, str] = field(default_factory=dict)
 
     def status(self) -> dict[str, Any]:
         return dict(get(self.cp, "elasticpolicy", POLICY, NS).get("status") or {})
+
+    def pod_ip(self, pod: str) -> str:
+        """The IP kwok gave the pod: its lab node listens there (once seen, remembered)."""
+        if pod not in self.ips:
+            self.ips[pod] = get(self.cp, "pod", pod, NS)["status"]["podIP"]
+        return self.ips[pod]
 
     def replicas(self) -> int:
         return int(get(self.cp, "statefulset", STS, NS)["spec"]["replicas"])
@@ -152,34 +167,35 @@ def _sampler(run: Run) -> None:
 def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[Run]:
     root = tmp_path_factory.mktemp("e2e")
     lab_dir = root / "lab"
-    try:
-        lab.up(3, "256M", d=lab_dir, namespace=LAB_NS, pods=f"{NS}/{STS}")
-    except Exception as exc:
-        lab.down(lab_dir)
-        pytest.fail(f"the Cassandra lab did not come up: {exc}")
-    cp: ControlPlane | None = None
+    cp = start_control_plane(root / "k8s", exec_config=kwok_exec_config(NS, STS, 4, lab_dir))
     fwd: Forwarder | None = None
     agent: LabPodAgent | None = None
+    node_agent: AgentProcess | None = None
     load: subprocess.Popen[bytes] | None = None
     r: Run | None = None
     try:
+        cp.kubectl("create", "namespace", NS)
+        cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(4, "1Gi", root / "pv"))
+        cp.kubectl("create", "configmap", "cass-model", "-n", NS,
+                   f"--from-file=model.json={MODEL}")
+        cp.kubectl("apply", "-f", "-", stdin=statefulset(STS, NS, 3, volume="1Gi"))
+        wait_until("3 pods with IPs", lambda: all(
+            (get(cp, "pod", f"{STS}-{k}", NS).get("status") or {}).get("podIP")
+            for k in range(3)) if get(cp, "statefulset", STS, NS).get("status", {})
+            .get("readyReplicas") == 3 else False, 60)
+        ips = [get(cp, "pod", f"{STS}-{k}", NS)["status"]["podIP"] for k in range(3)]
+        try:  # each node at its pod's IP, behind a veth
+            lab.up(3, "256M", d=lab_dir, namespace=LAB_NS, pods=f"{NS}/{STS}", ips=ips)
+        except Exception as exc:
+            pytest.fail(f"the Cassandra lab did not come up: {exc}")
         state = lab.LabState.load(lab_dir)
         assert state is not None
         written = lab.cql(state, "write", "ks", str(ROWS), str(VALUE_BYTES), "11", "3")
         wl, peak = trace_workload(shared_dir, root / "wl.json")
         slo = slo_for(peak)
         print(f"workload peak {peak:.0f} req/s; SLO p95 <= {slo} ms by the lab profile")
-
-        cp = start_control_plane(root / "k8s", exec_config=kwok_exec_config(
-            NS, STS, 4, lab_dir))
-        cp.kubectl("create", "namespace", NS)
-        cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(4, "1Gi", root / "pv"))
-        cp.kubectl("create", "configmap", "cass-model", "-n", NS,
-                   f"--from-file=model.json={MODEL}")
-        cp.kubectl("apply", "-f", "-", stdin=statefulset(STS, NS, 3, volume="1Gi"))
-        wait_until("3 pods", lambda: get(cp, "statefulset", STS, NS).get("status", {})
-                   .get("readyReplicas") == 3, 60)
         agent = LabPodAgent(cp, NS, STS, lab_dir)
+        node_agent = AgentProcess(cp.kubeconfig, LAB_NS, root / "node-agent.log", 2.0)
         fwd = Forwarder(state.netns, lab.PROMETHEUS_ADDR)
         load = subprocess.Popen([sys.executable, "-m", "elastore", "load", "run", str(wl),
                                  "--out", str(root / "load.csv")],
@@ -188,7 +204,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
                                 stderr=subprocess.STDOUT, start_new_session=True)
         # the operator runs with the chart's ServiceAccount (watchNamespaces: this one)
         sa = install_namespaced(cp, RELEASE, (NS,), root / "sa.kubeconfig")
-        r = Run(cp, lab_dir, root, fwd, agent, load, written, slo, peak, sa)
+        r = Run(cp, lab_dir, root, fwd, agent, node_agent, load, written, slo, peak, sa)
+        r.ips.update({f"{STS}-{k}": ip for k, ip in enumerate(ips)})
         threading.Thread(target=_sampler, args=(r,), daemon=True).start()
         r.start_operator("op-1")
         cp.kubectl("apply", "-f", "-", stdin=policy(
@@ -202,6 +219,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             # a lab node joins or leaves in ~30-40 s besides streaming (LAB-NOTES)
             migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 40},
             scaleDown={"stabilizationSeconds": STABILIZATION_S},
+            bandwidth={"nodeMbit": NODE_MBIT},
             capacityModel={"configMapRef": {"name": "cass-model"}},
             nodetool=[sys.executable, str(PODEXEC)],
             metrics={"prometheus": {"url": fwd.url}}))
@@ -214,12 +232,13 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
         if load is not None and load.poll() is None:
             os.killpg(load.pid, signal.SIGTERM)
             load.wait(timeout=60)
+        if node_agent is not None:
+            node_agent.stop()
         if agent is not None:
             agent.close()
         if fwd is not None:
             fwd.close()
-        if cp is not None:
-            cp.stop()
+        cp.stop()
         lab.down(lab_dir)
         assert not netns.exists(LAB_NS)
 
@@ -237,7 +256,8 @@ def _started(run: Run, kind: str) -> tuple[float, dict[str, Any], dict[str, Any]
 def test_enforce_scales_out_on_rising_load_at_the_planned_time(run: Run) -> None:
     wait_until("the scale-out to 4 replicas to finish", lambda: run.replicas() == 4 and
                not run.status().get("operation") and
-               "UN  127.0.0.4" in lab.status(run.lab_dir)["ring"], 600, every_s=2)
+               f"UN  {run.pod_ip('cass-3')} " in lab.status(run.lab_dir)["ring"], 600,
+               every_s=2)
     started, st, before = _started(run, "ScaleOut")
     # it followed the plan: the step began when the planned action for 4 replicas fell due
     # (never before it; within one wake-up after it)
@@ -266,6 +286,39 @@ def test_enforce_scales_out_on_rising_load_at_the_planned_time(run: Run) -> None
     assert "ScaleOutStarted" in reasons and "Throttle" in reasons, reasons
     assert len(run.podexec_calls("setstreamthroughput")) >= 3
     assert not run.agent.errors, run.agent.errors
+
+
+def test_the_node_agent_shaped_every_pod_and_the_new_nodes_stream_went_through_it(
+        run: Run) -> None:
+    """The operator's split reached every pod through status.bandwidth, the new one too,
+    and the bootstrap's streaming to cass-3 crossed its storage class (kernel counters)."""
+    bw = run.status().get("bandwidth") or {}
+    assert bw.get("nodeMbit") == NODE_MBIT and [p["name"] for p in bw["pods"]] == [
+        f"{STS}-{k}" for k in range(4)], bw
+    text = run.node_agent.metrics()
+
+    def series(name: str, **labels: str) -> float | None:
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        return next((float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
+                     if x.startswith(f"{name}{{{want}}}")), None)
+
+    assert "elastore_agent_pods_shaped 4.0" in text, text[-2000:]
+    for k in range(4):
+        got = series("elastore_agent_class_rate_mbit", **{
+            "class": "client", "direction": "to_pod", "namespace": NS, "pod": f"{STS}-{k}"})
+        assert got == bw["clientMbit"], (k, got, bw)
+    streamed = series("elastore_agent_class_bytes_total", **{
+        "class": "storage", "direction": "to_pod", "namespace": NS, "pod": f"{STS}-3"})
+    served = series("elastore_agent_class_bytes_total", **{
+        "class": "client", "direction": "from_pod", "namespace": NS, "pod": f"{STS}-0"})
+    # cass-3 took its share of ~20 MiB at RF 3 (token ranges from 16 vnodes: ~1/4 of it at
+    # least); cass-0 answered clients through its client class
+    assert streamed is not None and streamed > 3 * 2**20, (streamed, text[-1500:])
+    assert served is not None and served > 0
+    errors = [x for x in text.splitlines() if x.startswith("elastore_agent_reconcile_errors")]
+    print(f"agent: cass-3 received {streamed / 2**20:.1f} MiB through its storage class; "
+          f"split {bw['clientMbit']:.1f} / {bw['storageMbit']:.1f} Mbit/s of {NODE_MBIT:g}; "
+          f"errors {errors}")
 
 
 def test_a_killed_operator_resumes_the_scale_in(run: Run) -> None:
@@ -309,7 +362,7 @@ def test_no_row_was_lost_and_the_pvc_was_retained(run: Run) -> None:
 
     wait_until("node 4 to be gone from the lab", lambda: 4 not in nodes(), 120)
     ring = lab.status(run.lab_dir)["ring"]
-    assert "127.0.0.4" not in ring and ring.count("UN  ") == 3, ring
+    assert f"{run.pod_ip('cass-3')} " not in ring and ring.count("UN  ") == 3, ring
     state = lab.LabState.load(run.lab_dir)
     assert state is not None
     assert lab.cql(state, "verify", "ks") == run.written
