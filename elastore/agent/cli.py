@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 from typing import Any
@@ -83,8 +84,13 @@ def run_cmd(node: str, period_s: float, namespaces: tuple[str, ...], kubeconfig:
                               indent=2))
         raise SystemExit(0 if rep.api_ok else 1)
     stop = threading.Event()
+    me = os.getpid()
 
     def on_signal(signum: int, _frame: Any) -> None:
+        if os.getpid() != me:
+            # a child that inherited the handler (pyroute2's NetNS runs one in the target
+            # namespace, and stops it with SIGTERM): it just ends
+            os._exit(0)
         click.echo(f"signal {signum}: removing the agent's tc state and exiting", err=True)
         stop.set()
 
