@@ -384,6 +384,9 @@ def main() -> None:
     ap.add_argument("--scale-at", type=float, default=90.0)
     ap.add_argument("--agent-period", type=float, default=2.0)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--from-rep", type=int, default=1,
+                    help="run repetitions from this one (earlier ones are on disk) and "
+                         "report them all")
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--report", action="store_true", help="rewrite RESULTS.md only")
     ap.add_argument("--load", action="store_true", help=argparse.SUPPRESS)
@@ -421,24 +424,24 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="elastore-agent-exp-"))
     # kwok's exec into pod cass-k of an arm's namespace runs that arm's lab nodetool
+    todo = range(max(0, args.from_rep - 1), args.reps)
     exec_cfg = "\n---\n".join(
         kwok_exec_config(arm_names(a, r, work)[0], STS, 4, arm_names(a, r, work)[2])
-        for r in range(args.reps) for a in arms)
+        for r in todo for a in arms)
     cp = ControlPlane(work / "k8s", exec_config=exec_cfg)
     log(f"load {load_rps} req/s ({args.load_fraction:g} x 3 x {per_server:.1f}); SLO p95 <= "
         f"{slo_ms:g} ms; links {args.nic_mbit:g} Mbit/s; work dir {work}")
-    results = []
     try:
         cp.start(log)
         cp.kubectl("apply", "-f", str(CRDS))
         cp.kubectl("wait", "--for=condition=Established", "crd/elasticpolicies.elastore.io",
                    "--timeout=60s")
-        for r in range(args.reps):
+        for r in todo:
             for a in arms:
                 run_arm(cp, a, r, args, load_rps, slo_ms, work)
-                results.append(summarise(a, r, args.warmup))
     finally:
         cp.stop()
+    results = [summarise(a, r, args.warmup) for r in range(args.reps) for a in arms]
     write_results(results, args, load_rps, per_server, slo_ms)
 
 
