@@ -76,7 +76,8 @@ def test_fit_and_query_recover_a_known_law(model_files: tuple[Path, Path]) -> No
                     "models", "query", str(path), "--read-ratio", str(r), "--migration-mibps",
                     str(m), "--interference", str(i), "--json"], catch_exceptions=False)
                 got = json.loads(res.stdout)
-                assert set(got) == {"capacity_rps", "max_migration_mibps"}
+                assert set(got) == {"capacity_rps", "max_migration_mibps", "in_profile",
+                                    "interference_factor"}
                 errors.append(got["capacity_rps"] / truth - 1)
                 assert abs(got["capacity_rps"] / truth - 1) <= 0.12, (r, m, i, got, truth)
     assert len(errors) >= 40

@@ -139,8 +139,19 @@ def pool_samples(samples: dict[str, FloatArray], key: FloatArray) -> dict[str, F
     return out
 
 
+#: how ``elastore models fit`` models interference: ``profiled``, the boosted fit's own
+#: axis (the paper's offline Hubbub-scale model, clamped past the largest profiled index);
+#: ``learned``, the effect g(i) learned from the samples' measured index on the
+#: interference-free slice (:mod:`elastore.models.interference`), defined on all of [0, 1]
+INTERFERENCE_EFFECTS = ("profiled", "learned")
+
+
 def fit_models(samples_csv: Path, slo_ms: float, percentile: int = 95,
-               bandwidth_csv: Path | None = None, pool_by: str | None = None) -> ModelSet:
+               bandwidth_csv: Path | None = None, pool_by: str | None = None,
+               interference_effect: str = "profiled") -> ModelSet:
+    if interference_effect not in INTERFERENCE_EFFECTS:
+        raise ModelError(f"interference effect must be one of {', '.join(INTERFERENCE_EFFECTS)}"
+                         f", got {interference_effect!r}")
     samples = read_columns(samples_csv, SAMPLE_COLUMNS + ((pool_by,) if pool_by else ()))
     if pool_by:
         samples = pool_samples({k: v for k, v in samples.items() if k != pool_by},
@@ -150,6 +161,8 @@ def fit_models(samples_csv: Path, slo_ms: float, percentile: int = 95,
         raise ModelError("interference is an index in [0, 1]; a value above 1 was found",
                          str(samples_csv))
     capacity = fit_capacity(samples, slo_ms, percentile)
+    if interference_effect == "learned":
+        capacity = learn_interference(capacity, samples, percentile)
     bandwidth = BandwidthModels(None, None)
     if bandwidth_csv is not None:
         cols = read_columns(bandwidth_csv, None, (("client_mbit", "served_rps"),
@@ -157,4 +170,27 @@ def fit_models(samples_csv: Path, slo_ms: float, percentile: int = 95,
         bandwidth = fit_bandwidth(cols)
     return ModelSet(capacity, bandwidth, {"samples": str(samples_csv),
                                           "bandwidth": str(bandwidth_csv or ""),
-                                          "pooled_by": pool_by or ""})
+                                          "pooled_by": pool_by or "",
+                                          "interference_effect": interference_effect})
+
+
+def learn_interference(capacity: CapacityModel, samples: dict[str, FloatArray],
+                       percentile: int = 95) -> CapacityModel:
+    """``capacity``'s interference-free slice with the effect g(i) learned from the samples
+    (their measured ``interference`` column and latency), never forgetting (a profile's
+    samples are all equally current); the samples without interference are observations
+    too (they pin the bins near 0)."""
+    from elastore.models.interference import InterferenceLearner
+
+    read = np.asarray(samples["read_rps"], dtype=float)
+    load = read + np.asarray(samples["write_rps"], dtype=float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rr = np.where(load > 0, read / np.where(load > 0, load, 1), np.nan)
+    x = np.column_stack([load, rr, samples["migration_mibps"], samples["interference"]])
+    learner = InterferenceLearner(memory=None).fit(x, samples[f"p{percentile}_ms"],
+                                                   base=capacity)
+    if learner.observations == 0:
+        raise ModelError("no sample could teach the interference effect (every one was "
+                         f"outside the invertible range: {learner.skipped}); fit with "
+                         "--interference-effect profiled")
+    return capacity.with_interference_effect(learner.effect())

@@ -16,7 +16,18 @@ log latency at every (load, read ratio, migration, interference) grid point, mad
 monotone along the constrained axes, plus the derived capacity table. That table *is* the
 model at run time: a versioned JSON document of numbers (no pickle, nothing executable),
 evaluated by multilinear interpolation. Queries outside the profiled read ratio and
-interference are clamped to its edge (``in_profile`` says so).
+interference are clamped to its edge (``in_profile`` says so, and an interference above the
+profiled axis raises :class:`InterferenceClampWarning` once per model).
+
+**Interference, two ways.** The *profiled* axis above is the paper's offline Hubbub-scale
+model: the boosted fit along the interference the profile recorded, clamped past its top.
+:meth:`CapacityModel.with_interference_effect` replaces it with an *effect* ``g(i)``
+(:mod:`elastore.models.interference`, learned from measurements, defined on all of [0, 1]):
+the interference-free slice serves ``L`` at index ``i`` as it serves ``L * g(i)`` at index 0,
+exactly (``latency(L, r, m, i) = latency0(L g(i), r, m)``,
+``capacity(r, m, i) = capacity0(r, m) / g(i)``), so the planner and the simulator query it
+unchanged. Such a model is written as version 2 of the document (version 1 readers refuse
+it rather than misread it).
 
 **Beyond the profiled migration rate** a migration takes capacity as the profile's trend
 says (the steepest of the last segment's, the mean, and a slope that saturates the server
@@ -38,18 +49,23 @@ crossing, not the edge.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from elastore.errors import ElastoreError
 
+if TYPE_CHECKING:
+    from elastore.models.interference import InterferenceEffect
+
 FloatArray = npt.NDArray[np.float64]
 
 FORMAT = "elastore.capacity-model"
 VERSION = 1
+VERSION_EFFECT = 2  # a model whose interference axis is an effect g(i)
 SAMPLE_COLUMNS = ("read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms")
 CLIP_X_SLO = 4.0
 SATURATED_X_SLO = 100.0  # latency of a saturated server, in SLOs (extrapolation's ceiling)
@@ -60,6 +76,11 @@ GRID = {"load": 48, "read_ratio": 8, "migration": 13, "interference": 8}
 
 class ModelError(ElastoreError):
     """A model file or a fit that cannot be used."""
+
+
+class InterferenceClampWarning(UserWarning):
+    """A capacity model was asked about an interference index above its profiled axis: the
+    answer is the axis's top (clamped). A model with an interference effect has none."""
 
 
 def _interp_axis(axis: FloatArray, x: FloatArray) -> tuple[npt.NDArray[np.int64], FloatArray]:
@@ -104,10 +125,16 @@ class CapacityModel:
     training: dict[str, Any] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)
     method: str = "monotone HistGradientBoosting of inverse latency, tabulated"
+    #: g(i) over the whole [0, 1] (None: the profiled interference axis, clamped at its top)
+    interference_effect: InterferenceEffect | None = None
+    _warned_clamp: bool = field(default=False, init=False, repr=False, compare=False)
     _slices: dict[tuple[float, float], tuple[FloatArray, FloatArray, FloatArray]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.interference_effect is not None and len(self.interference_axis) != 1:
+            raise ModelError("a capacity model with an interference effect holds only its "
+                             "interference-free slice (one interference grid point)")
         self._enforce_monotone()
         self._edge_tables()
         # always derived from the latencies (a stored table is for readers of the file)
@@ -208,8 +235,31 @@ class CapacityModel:
         val = grid[lo] + np.clip(t, 0, 1) * (grid[nxt] - grid[lo])
         return np.asarray(np.where(last < 0, 0.0, val))
 
+    def _effective(self, load: Any, interference: Any) -> tuple[Any, Any]:
+        """With an interference effect: the load an interference-free server would serve as
+        this one serves ``load`` (``load * g(i)``) and index 0. Without: unchanged (an index
+        above the profiled axis is clamped, and said once)."""
+        if self.interference_effect is not None:
+            g = self.interference_effect.factor(interference)
+            return np.asarray(load, dtype=float) * g, 0.0
+        self._check_clamp(interference)
+        return load, interference
+
+    def _check_clamp(self, interference: Any) -> None:
+        if self._warned_clamp:
+            return
+        i = np.asarray(interference, dtype=float)
+        top = float(self.interference_axis[-1])
+        if i.size and np.nanmax(i) > top + 1e-9:
+            self._warned_clamp = True
+            warnings.warn(f"interference index {float(np.nanmax(i)):g} is above this capacity "
+                          f"model's profiled axis (top {top:g}): it is read as {top:g} (fit "
+                          "with --interference-effect learned for the whole [0, 1])",
+                          InterferenceClampWarning, stacklevel=4)
+
     def _log_latency(self, load: Any, read_ratio: Any, migration: Any, interference: Any
                      ) -> FloatArray:
+        load, interference = self._effective(load, interference)
         r = np.asarray(read_ratio, dtype=float)
         i = np.asarray(interference, dtype=float)
         m = np.asarray(migration, dtype=float)
@@ -330,6 +380,16 @@ class CapacityModel:
         r, m, i = np.broadcast_arrays(np.asarray(read_ratio, dtype=float),
                                       np.asarray(migration_mibps, dtype=float),
                                       np.asarray(interference, dtype=float))
+        if self.interference_effect is not None:
+            g = self.interference_effect.factor(i)
+            return np.asarray(self._capacity0(r, m) / g)
+        self._check_clamp(i)
+        return self._capacity_at(r, m, i)
+
+    def _capacity0(self, r: FloatArray, m: FloatArray) -> FloatArray:
+        return self._capacity_at(r, m, np.zeros(r.shape))
+
+    def _capacity_at(self, r: FloatArray, m: FloatArray, i: FloatArray) -> FloatArray:
         shape = r.shape
         grid = self.load_axis
         lat = self._log_latency(grid[:, None], r.ravel()[None], m.ravel()[None],
@@ -375,22 +435,51 @@ class CapacityModel:
 
     def in_profile(self, load_rps: float, read_ratio: float, migration_mibps: float,
                    interference: float) -> bool:
-        """Whether a query lies inside the profiled region (else it was clamped)."""
+        """Whether a query lies inside the profiled region (else it was clamped, or
+        extrapolated past the largest profiled load). With an interference effect every
+        index in [0, 1] is defined, and the load is the effective one (``load * g(i)``)."""
+        if self.interference_effect is not None:
+            if not 0 <= interference <= 1:
+                return False
+            load_rps = load_rps * float(self.interference_effect.factor(interference))
+            inter_ok = True
+        else:
+            inter_ok = bool(self.interference_axis[0] <= interference
+                            <= self.interference_axis[-1])
         return bool(
             self.load_axis[0] <= load_rps <= self.load_axis[-1]
             and self.read_axis[0] <= read_ratio <= self.read_axis[-1]
             and self.migration_axis[0] <= migration_mibps <= self.migration_axis[-1]
-            and self.interference_axis[0] <= interference <= self.interference_axis[-1]
+            and inter_ok
         )
+
+    def with_interference_effect(self, effect: InterferenceEffect) -> CapacityModel:
+        """This model's interference-free slice with ``effect`` as its whole interference
+        axis: ``latency(L, r, m, i) = latency0(L g(i), r, m)`` and
+        ``capacity(r, m, i) = capacity0(r, m) / g(i)``, exactly, for every ``i`` in [0, 1].
+        The slice is the profiled axis's first point (0 for every fit that profiled an
+        interference-free state; ``training["interference_base"]`` records it)."""
+        base = float(self.interference_axis[0])
+        training = {**self.training, "interference_base": base,
+                    "interference_effect": effect.source}
+        method = self.method.split("; interference:")[0]
+        return CapacityModel(
+            slo_ms=self.slo_ms, percentile=self.percentile, load_axis=self.load_axis,
+            read_axis=self.read_axis, migration_axis=self.migration_axis,
+            interference_axis=self.interference_axis[:1].copy(),
+            log_latency=self.log_latency[..., :1].copy(), training=training,
+            fit_error=dict(self.fit_error),
+            method=f"{method}; interference: {effect.source} effect g(i) on the "
+                   f"interference-free slice", interference_effect=effect)
 
     # -- JSON ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         def r(a: FloatArray) -> Any:
             return np.round(a, 5).tolist()
 
-        return {
+        doc = {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if self.interference_effect is None else VERSION_EFFECT,
             "method": self.method,
             "slo": {"latency_ms": self.slo_ms, "percentile": self.percentile},
             "units": {"load": "requests/s per server", "read_ratio": "fraction",
@@ -404,14 +493,25 @@ class CapacityModel:
             "training": self.training,
             "fit_error": self.fit_error,
         }
+        if self.interference_effect is not None:
+            doc["interference_effect"] = self.interference_effect.to_json()
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "<model>") -> CapacityModel:
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise ModelError(f"not an {FORMAT} document", where)
-        if doc.get("version") != VERSION:
+        if doc.get("version") not in (VERSION, VERSION_EFFECT):
             raise ModelError(f"model version {doc.get('version')!r} is not supported "
-                             f"(this elastore reads {VERSION})", where)
+                             f"(this elastore reads {VERSION} and {VERSION_EFFECT})", where)
+        effect = None
+        if doc.get("version") == VERSION_EFFECT or "interference_effect" in doc:
+            from elastore.models.interference import InterferenceEffect, InterferenceError
+
+            try:
+                effect = InterferenceEffect.from_json(doc.get("interference_effect"), where)
+            except InterferenceError as exc:
+                raise ModelError(exc.message, where) from exc
         try:
             axes = doc["axes"]
 
@@ -445,7 +545,7 @@ class CapacityModel:
                 load_axis=load, read_axis=rr, migration_axis=mig, interference_axis=inter,
                 log_latency=lat, capacity_table=cap,
                 training=dict(doc.get("training", {})), fit_error=dict(doc.get("fit_error", {})),
-                method=str(doc.get("method", "")),
+                method=str(doc.get("method", "")), interference_effect=effect,
             )
         except ModelError:
             raise

@@ -8,7 +8,7 @@ import click
 import numpy as np
 
 from elastore.cliutil import ElastoreGroup, emit_json, log
-from elastore.models.bundle import ModelSet, fit_models
+from elastore.models.bundle import INTERFERENCE_EFFECTS, ModelSet, fit_models
 
 
 @click.group(cls=ElastoreGroup)
@@ -34,17 +34,25 @@ def models() -> None:
 @click.option("--pool-by", default=None, metavar="COLUMN",
               help="Pool the rows that share this column's value (e.g. 'point' in an "
                    "'elastore lab profile' CSV) into one sample: median latency, mean rates.")
+@click.option("--interference-effect", type=click.Choice(INTERFERENCE_EFFECTS),
+              default="profiled", show_default=True,
+              help="profiled: the boosted fit's own interference axis (clamped past the "
+                   "largest profiled index); learned: the effect g(i) learned from the "
+                   "samples' measured interference index, defined on all of [0, 1] "
+                   "(docs/operator.md, 'Interference').")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
 def fit_cmd(samples: Path, bandwidth: Path | None, slo_ms: float, percentile: str,
-            pool_by: str | None, output: Path) -> None:
+            pool_by: str | None, interference_effect: str, output: Path) -> None:
     """Fit the models and write one versioned JSON model file.
 
     \b
     Example:
       elastore models fit --samples perf.csv --bandwidth bw.csv --slo-ms 30 -o model.json
+      elastore models fit --samples perf.csv --slo-ms 30 --interference-effect learned \\
+          -o model.json
     """
     log.info("fitting the SLO border (p%s <= %g ms) from %s ...", percentile, slo_ms, samples)
-    ms = fit_models(samples, slo_ms, int(percentile), bandwidth, pool_by)
+    ms = fit_models(samples, slo_ms, int(percentile), bandwidth, pool_by, interference_effect)
     ms.save(output)
     cap = ms.capacity
     err = cap.fit_error
@@ -52,6 +60,14 @@ def fit_cmd(samples: Path, bandwidth: Path | None, slo_ms: float, percentile: st
     click.echo(f"wrote {output}: {cap.training['samples']} samples, held-out SLO accuracy "
                f"{err['slo_classification_accuracy_heldout']:.1%}, capacity at read ratio "
                f"{cap.read_axis[-1]:g} without migration {top:.0f} requests/s per server")
+    effect = cap.interference_effect
+    if effect is not None:
+        d = effect.details
+        click.echo(f"{effect.describe()} ({d.get('observations', 0)} samples used, skipped: "
+                   f"{d.get('skipped', {})})")
+    else:
+        click.echo(f"interference: the profiled axis up to {cap.interference_axis[-1]:g} "
+                   "(indexes above it are read as it)")
 
 
 @models.command("query")
@@ -74,8 +90,11 @@ def query_cmd(model: Path, read_ratio: float, migration_mibps: float, interferen
     inside = ms.capacity.in_profile(cap, read_ratio, migration_mibps, interference)
     if not inside:
         log.warning("query outside the profiled region: values are clamped to its edge")
+    effect = ms.capacity.interference_effect
     if as_json:
-        emit_json({"capacity_rps": cap, "max_migration_mibps": mig})
+        emit_json({"capacity_rps": cap, "max_migration_mibps": mig, "in_profile": inside,
+                   "interference_factor": None if effect is None else
+                   float(effect.factor(interference))})
     else:
         click.echo(f"capacity {cap:.1f} requests/s per server (p{ms.capacity.percentile} <= "
                    f"{ms.capacity.slo_ms:g} ms); at 80 % of it migration may run at "
@@ -100,7 +119,10 @@ def show_cmd(model: Path, plot: Path | None) -> None:
              f"SLO       p{c.percentile} <= {c.slo_ms:g} ms",
              f"training  {c.training}", f"fit error {c.fit_error}",
              f"grid      load {len(c.load_axis)} x read ratio {len(c.read_axis)} x migration "
-             f"{len(c.migration_axis)} x interference {len(c.interference_axis)}"]
+             f"{len(c.migration_axis)} x interference {len(c.interference_axis)}",
+             "interference " + (c.interference_effect.describe() if c.interference_effect
+                                else f"profiled axis {list(np.round(c.interference_axis, 3))}"
+                                     " (clamped above its top)")]
     for r in (c.read_axis[0], c.read_axis[-1]):
         row = ", ".join(f"{m:g} MiB/s: {float(c.capacity(r, m, 0)):.0f}"
                         for m in c.migration_axis[:: max(1, len(c.migration_axis) // 4)])
