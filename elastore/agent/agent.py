@@ -12,6 +12,11 @@ it and exits.
 
 When the API cannot be read, nothing is changed: a pod is never unshaped, or reshaped, on
 missing information.
+
+Each period it also measures (:mod:`.interference`): a snapshot of the kernel's stall
+counters for the node and for every Running pod of a store an ElasticPolicy targets (any
+mode), and the interference index over a sliding window, exported on ``/metrics``. The
+probe reads files only; its failure is logged and counted and never stops the shaping.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from elastore.actuators.tc import (
     ifb_name,
 )
 from elastore.agent.desired import PodTarget, Problem, desired
+from elastore.agent.interference import PodRef, Probe, Readings, probed_pods
 from elastore.errors import ElastoreError
 
 log = logging.getLogger("elastore.agent")
@@ -114,11 +120,16 @@ class Report:
 
 class Agent:
     def __init__(self, reader: ApiReader, netlink: Callable[[], Any], node: str,
-                 metrics: AgentMetrics | None = None) -> None:
+                 metrics: AgentMetrics | None = None, probe: Probe | None = None) -> None:
         self.reader, self.netlink, self.node = reader, netlink, node
         self.metrics = metrics
         self.last: Report | None = None
         self.last_loop = 0.0
+        self.probe = probe
+        #: the pods the probe measures: from the last reconcile that could read the API
+        self.probed: list[PodRef] = []
+        #: the probe's last readings (None: none yet, or the last measurement failed)
+        self.readings: Readings | None = None
 
     def reconcile(self) -> Report:
         t0 = time.monotonic()
@@ -132,6 +143,11 @@ class Agent:
                                         f"({type(exc).__name__}: {str(exc)[:300]}): "
                                         "nothing changed"))
             return self._done(rep, t0)
+        if self.probe is not None:
+            try:
+                self.probed = probed_pods(policies, pods, self.node)
+            except Exception:  # the measurement never stands in the shaping's way
+                log.exception("choosing the pods to measure")
         targets, rep.problems = desired(policies, pods, self.node)
         ipr = self.netlink()
         try:
@@ -239,8 +255,27 @@ class Agent:
             ipr.close()
         return out
 
+    def measure(self) -> Readings | None:
+        """One snapshot of the interference probe for the pods of the last reconcile that
+        read the API; the readings over its window (None until it has one). Never raises:
+        a failure is logged and counted and leaves no readings (unknown, not stale)."""
+        if self.probe is None:
+            return None
+        t0 = time.monotonic()
+        try:
+            self.readings = self.probe.observe(self.probed)
+        except Exception:
+            log.exception("interference probe failed")
+            self.readings = None
+            if self.metrics is not None:
+                self.metrics.probe_errors.inc()
+        if self.metrics is not None:
+            self.metrics.probe_seconds.observe(time.monotonic() - t0)
+        return self.readings
+
     def run(self, period_s: float, stop: threading.Event) -> None:
-        """Reconcile every ``period_s`` until ``stop``; then remove everything of ours."""
+        """Reconcile and measure every ``period_s`` until ``stop``; then remove everything
+        of ours."""
         while not stop.is_set():
             try:
                 self.reconcile()
@@ -249,13 +284,17 @@ class Agent:
                 rep = Report(problems=[Problem("ReconcileFailed",
                                                f"{type(exc).__name__}: {exc}")])
                 self._done(rep, time.monotonic())
+            self.measure()
             stop.wait(period_s)
         self.cleanup()
+        if self.probe is not None:
+            self.probe.close()
 
 
 class AgentMetrics:
     """``/metrics``: per shaped pod, each class's rate setting and bytes (both directions);
-    reconcile errors by reason, reconcile time, pods shaped."""
+    reconcile errors by reason, reconcile time, pods shaped; the interference probe's
+    readings (:class:`_InterferenceCollector`), its errors and time."""
 
     def __init__(self, agent_node: str) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -275,8 +314,14 @@ class AgentMetrics:
         self.rate = Gauge("elastore_agent_class_rate_mbit", "A class's guaranteed rate, "
                           "Mbit/s", ["namespace", "pod", "direction", "class"],
                           registry=self.registry)
+        self.probe_errors = Counter("elastore_interference_probe_errors", "Interference "
+                                    "probe snapshots that failed", registry=self.registry)
+        self.probe_seconds = Histogram("elastore_interference_probe_seconds", "Time of one "
+                                       "interference probe snapshot", registry=self.registry,
+                                       buckets=(.0005, .001, .0025, .005, .01, .025, .05, .1))
         self.agent: Agent | None = None
         self.registry.register(_BytesCollector(self))
+        self.registry.register(_InterferenceCollector(self))
 
     def record(self, rep: Report) -> None:
         for p in rep.problems:
@@ -315,6 +360,80 @@ class _BytesCollector:
             except Exception:  # a scrape never fails on netlink: the series are absent
                 log.exception("reading class counters")
         yield fam
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+class _InterferenceCollector:
+    """The probe's last readings, rendered at scrape time from one immutable object (a
+    scrape never sees half a period). A pod's series carry ``namespace`` and ``pod``; the
+    node's own series only ``node``; an unknown index or an unavailable signal has no
+    series at all (never 0)."""
+
+    def __init__(self, m: AgentMetrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        node = self.m.node
+        pod_labels = ["node", "namespace", "pod"]
+        index = GaugeMetricFamily(
+            "elastore_interference_index", "A store pod's interference index in [0, 1]: the "
+            "fraction of its wall time lost to contention (latency at equal load ~ "
+            "1/(1-index)); the node's when the pod's cgroup is not read (see "
+            "elastore_interference_pod_cgroup)", labels=pod_labels)
+        node_index = GaugeMetricFamily(
+            "elastore_interference_node_index", "The node's interference index in [0, 1] "
+            "(system-wide PSI, steal, hardware counters)", labels=["node"])
+        signal = GaugeMetricFamily(
+            "elastore_interference_signal", "One component of the index, a fraction of "
+            "wall time in [0, 1] over the window (namespace and pod empty: the node's)",
+            labels=[*pod_labels, "signal"])
+        in_index = GaugeMetricFamily(
+            "elastore_interference_signal_in_index", "1: the signal is a term of this "
+            "index; 0: available, not a term (unavailable signals have no series)",
+            labels=[*pod_labels, "signal"])
+        cgroup = GaugeMetricFamily(
+            "elastore_interference_pod_cgroup", "1: the pod's index is from its own cgroup; "
+            "0: it is the node's, for the reason given (NoCgroup, NoHistory, NoPodPsi)",
+            labels=[*pod_labels, "reason"])
+        window = GaugeMetricFamily("elastore_interference_window_seconds", "The time "
+                                   "between the two snapshots of the readings",
+                                   labels=["node"])
+        hw_ok = GaugeMetricFamily("elastore_interference_hw_available", "1: hardware "
+                                  "counters are read (the 'hw' signal once the IPC "
+                                  "reference is known)", labels=["node"])
+        hw = {k: GaugeMetricFamily(f"elastore_interference_{k}", h, labels=["node"])
+              for k, h in (("ipc", "Instructions per cycle, all CPUs, over the window"),
+                           ("llc_mpki", "Last-level cache misses per 1000 instructions"),
+                           ("ipc_reference", "The IPC reference: 90th percentile of the "
+                                             "per-period IPC over the last hour"))}
+        agent = self.m.agent
+        r = agent.readings if agent is not None else None
+        if agent is not None and agent.probe is not None:
+            hw_ok.add_metric([node], 1.0 if agent.probe.hw is not None else 0.0)
+        if r is not None:
+            window.add_metric([node], r.window_s)
+            if r.node.index is not None:
+                node_index.add_metric([node], r.node.index)
+            for name, v in sorted(r.node.components.items()):
+                signal.add_metric([node, "", "", name], v)
+                in_index.add_metric([node, "", "", name], float(name in r.node.used))
+            for k, hv in (("ipc", r.ipc), ("llc_mpki", r.llc_mpki),
+                          ("ipc_reference", r.ipc_reference)):
+                if hv is not None:
+                    hw[k].add_metric([node], hv)
+            for key, pr in sorted(r.pods.items()):
+                ns, pod = key.split("/", 1)
+                if pr.index is not None:
+                    index.add_metric([node, ns, pod], pr.index)
+                cgroup.add_metric([node, ns, pod, pr.reason], float(pr.scope == "pod"))
+                for name, v in sorted(pr.components.items()):
+                    signal.add_metric([node, ns, pod, name], v)
+                    in_index.add_metric([node, ns, pod, name], float(name in pr.used))
+        yield from (index, node_index, signal, in_index, cgroup, window, hw_ok, *hw.values())
 
     def describe(self) -> list[Any]:
         return []
