@@ -1,6 +1,8 @@
 """The Helm chart's BwMan node agent (agent.*): a DaemonSet in the node's network namespace
-with NET_ADMIN only, read-only RBAC (cluster-wide, or Roles in watchNamespaces only), a
-metrics Service and an optional PodMonitor; off by default.
+with NET_ADMIN only (PERFMON too when agent.interference.perfmon asks for hardware
+counters), the host's cgroup tree read-only for the interference probe, read-only RBAC
+(cluster-wide, or Roles in watchNamespaces only), a metrics Service and an optional
+PodMonitor; off by default.
 
 The rendering tests need only helm, but helm comes from ``testbed.k8s.ensure_helm`` (built
 from the Go module proxy the first time), so they are ``k8s`` like the rest of the chart's
@@ -87,6 +89,7 @@ def test_agent_values_are_off_by_default_and_small() -> None:
                                   "limits": {"memory": "128Mi"}}
     assert agent["tolerations"] == [] and agent["priorityClassName"] == ""
     assert agent["logLevel"] == "info"
+    assert agent["interference"] == {"enabled": True, "window": "15s", "perfmon": False}
 
 
 @pytest.mark.k8s
@@ -118,7 +121,9 @@ def test_agent_chart_renders_a_daemonset_with_net_admin_only() -> None:
     dep = one(docs, "Deployment")
     assert c["image"] == dep["spec"]["template"]["spec"]["containers"][0]["image"]
     assert c["args"] == ["agent", "run", "--node", "$(NODE_NAME)", "--period", "5",
-                         "--metrics-port", "9103", "--log-level", "info"]
+                         "--metrics-port", "9103", "--log-level", "info",
+                         "--cgroup-root", "/host/sys/fs/cgroup",
+                         "--interference-window", "15s"]
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}
             } in c["env"]
     assert c["ports"] == [{"name": "metrics", "containerPort": 9103, "hostPort": 9103,
@@ -127,9 +132,36 @@ def test_agent_chart_renders_a_daemonset_with_net_admin_only() -> None:
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
     assert c["resources"] == {"requests": {"cpu": "20m", "memory": "64Mi"},
                               "limits": {"memory": "128Mi"}}
-    # a read-only root: the only writable path is an emptyDir
+    # a read-only root: the only writable path is an emptyDir; the host's cgroup tree is
+    # read-only too (the interference probe)
+    assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"},
+                                 {"name": "host-cgroup", "mountPath": "/host/sys/fs/cgroup",
+                                  "readOnly": True}]
+    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}},
+                              {"name": "host-cgroup",
+                               "hostPath": {"path": "/sys/fs/cgroup", "type": "Directory"}}]
+
+
+@pytest.mark.k8s
+def test_agent_chart_interference_values() -> None:
+    """The probe's window reaches the agent; PERFMON only on request; off: no host mount."""
+    def container(values: dict[str, str]) -> Doc:
+        pod = one(render({**ON, **values}), "DaemonSet", AGENT)["spec"]["template"]["spec"]
+        c: Doc = pod["containers"][0]
+        c["_volumes"] = pod["volumes"]
+        return c
+
+    c = container({"agent.interference.window": "30s", "agent.interference.perfmon": "true"})
+    k = c["args"].index("--interference-window")
+    assert c["args"][k + 1] == "30s"
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"],
+                                                    "add": ["NET_ADMIN", "PERFMON"]}
+    assert c["securityContext"].get("privileged") is False
+    c = container({"agent.interference.enabled": "false", "agent.interference.perfmon": "true"})
+    assert c["args"][-1] == "--no-interference" and "--cgroup-root" not in c["args"]
+    assert c["securityContext"]["capabilities"]["add"] == ["NET_ADMIN"]
     assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
-    assert pod["volumes"] == [{"name": "tmp", "emptyDir": {}}]
+    assert c["_volumes"] == [{"name": "tmp", "emptyDir": {}}]
 
 
 @pytest.mark.k8s
@@ -142,8 +174,8 @@ def test_agent_chart_values_reach_the_daemonset() -> None:
     ds = one(docs, "DaemonSet", AGENT)
     pod = ds["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    assert c["args"] == ["agent", "run", "--node", "$(NODE_NAME)", "--period", "7",
-                         "--metrics-port", "9200", "--log-level", "debug"]
+    assert c["args"][:10] == ["agent", "run", "--node", "$(NODE_NAME)", "--period", "7",
+                              "--metrics-port", "9200", "--log-level", "debug"]
     assert c["ports"][0]["containerPort"] == c["ports"][0]["hostPort"] == 9200
     assert c["image"].endswith(":9.9.9")
     assert pod["priorityClassName"] == "system-node-critical"
