@@ -298,7 +298,7 @@ def test_agent_chart_podmonitor_only_where_the_api_is_served() -> None:
     assert pm["spec"]["selector"]["matchLabels"] == ds["spec"]["selector"]["matchLabels"]
     assert pm["spec"]["namespaceSelector"] == {"matchNames": ["elastore-system"]}
     assert pm["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics",
-                                                  "interval": "15s"}]
+                                                  "honorLabels": True, "interval": "15s"}]
 
 
 # ------------------------------------------------------------------------------------------

@@ -584,16 +584,21 @@ def test_agent_measures_the_targets_pods_and_exports_them(tmp_path: Path) -> Non
     sig = series(text, "elastore_interference_signal")
     assert sig['elastore_interference_signal{namespace="shop",node="n1",pod="cass-1",'
                'signal="throttled"}'] == pytest.approx((3048373111 - 1533999255) / 1e3 / DT)
-    assert 'elastore_interference_signal{namespace="",node="n1",pod="",signal="steal"}' \
-        in sig
-    assert not [k for k in sig if 'signal="cpu_full"' in k and 'pod=""' in k]
+    assert not [k for k in sig if 'pod=""' in k]  # the node's are families of their own
+    nsig = series(text, "elastore_interference_node_signal")
+    assert nsig.keys() == {f'elastore_interference_node_signal{{node="n1",signal="{x}"}}'
+                           for x in ("cpu_some", "memory_some", "memory_full", "io_some",
+                                     "io_full", "steal")}  # no system-wide cpu_full
     used = series(text, "elastore_interference_signal_in_index")
     assert used['elastore_interference_signal_in_index{namespace="shop",node="n1",'
                 'pod="cass-1",signal="throttled"}'] == 0.0
     assert used['elastore_interference_signal_in_index{namespace="shop",node="n1",'
                 'pod="cass-1",signal="cpu_full"}'] == 1.0
-    assert used['elastore_interference_signal_in_index{namespace="",node="n1",pod="",'
-                'signal="cpu_some"}'] == 1.0
+    nused = series(text, "elastore_interference_node_signal_in_index")
+    assert nused['elastore_interference_node_signal_in_index{node="n1",signal="cpu_some"}'] \
+        == 1.0
+    assert nused['elastore_interference_node_signal_in_index{node="n1",signal="io_some"}'] \
+        == 0.0
     assert series(text, "elastore_interference_hw_available") == {
         'elastore_interference_hw_available{node="n1"}': 0.0}
     assert series(text, "elastore_interference_window_seconds") == {

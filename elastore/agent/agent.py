@@ -367,9 +367,10 @@ class _BytesCollector:
 
 class _InterferenceCollector:
     """The probe's last readings, rendered at scrape time from one immutable object (a
-    scrape never sees half a period). A pod's series carry ``namespace`` and ``pod``; the
-    node's own series only ``node``; an unknown index or an unavailable signal has no
-    series at all (never 0)."""
+    scrape never sees half a period). A store pod's series carry ``node``, ``namespace``
+    and ``pod`` (the pod measured, not the agent's own: the PodMonitor honours them); the
+    node's own families (``elastore_interference_node_*``) only ``node``. An unknown index
+    or an unavailable signal has no series at all (never 0)."""
 
     def __init__(self, m: AgentMetrics) -> None:
         self.m = m
@@ -388,13 +389,18 @@ class _InterferenceCollector:
             "elastore_interference_node_index", "The node's interference index in [0, 1] "
             "(system-wide PSI, steal, hardware counters)", labels=["node"])
         signal = GaugeMetricFamily(
-            "elastore_interference_signal", "One component of the index, a fraction of "
-            "wall time in [0, 1] over the window (namespace and pod empty: the node's)",
-            labels=[*pod_labels, "signal"])
+            "elastore_interference_signal", "One component of a store pod's index, a "
+            "fraction of wall time in [0, 1] over the window", labels=[*pod_labels, "signal"])
         in_index = GaugeMetricFamily(
-            "elastore_interference_signal_in_index", "1: the signal is a term of this "
+            "elastore_interference_signal_in_index", "1: the signal is a term of the pod's "
             "index; 0: available, not a term (unavailable signals have no series)",
             labels=[*pod_labels, "signal"])
+        node_signal = GaugeMetricFamily(
+            "elastore_interference_node_signal", "One component of the node's index, a "
+            "fraction of wall time in [0, 1] over the window", labels=["node", "signal"])
+        node_in_index = GaugeMetricFamily(
+            "elastore_interference_node_signal_in_index", "1: the signal is a term of the "
+            "node's index; 0: available, not a term", labels=["node", "signal"])
         cgroup = GaugeMetricFamily(
             "elastore_interference_pod_cgroup", "1: the pod's index is from its own cgroup; "
             "0: it is the node's, for the reason given (NoCgroup, NoHistory, NoPodPsi)",
@@ -419,8 +425,8 @@ class _InterferenceCollector:
             if r.node.index is not None:
                 node_index.add_metric([node], r.node.index)
             for name, v in sorted(r.node.components.items()):
-                signal.add_metric([node, "", "", name], v)
-                in_index.add_metric([node, "", "", name], float(name in r.node.used))
+                node_signal.add_metric([node, name], v)
+                node_in_index.add_metric([node, name], float(name in r.node.used))
             for k, hv in (("ipc", r.ipc), ("llc_mpki", r.llc_mpki),
                           ("ipc_reference", r.ipc_reference)):
                 if hv is not None:
@@ -433,7 +439,8 @@ class _InterferenceCollector:
                 for name, v in sorted(pr.components.items()):
                     signal.add_metric([node, ns, pod, name], v)
                     in_index.add_metric([node, ns, pod, name], float(name in pr.used))
-        yield from (index, node_index, signal, in_index, cgroup, window, hw_ok, *hw.values())
+        yield from (index, node_index, signal, in_index, node_signal, node_in_index, cgroup,
+                    window, hw_ok, *hw.values())
 
     def describe(self) -> list[Any]:
         return []
