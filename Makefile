@@ -39,12 +39,15 @@ unit: $(TEST_STAMP)
 	$(BIN)/pytest -m "not k8s and not lab" $(PYTEST_ARGS)
 
 # the lab suites need the Cassandra jars (Maven Central, cached by version) and Debian's
-# Prometheus (and iproute2 and curl, on the machine image already)
+# Prometheus and stress-ng (the lab's co-runners), and iproute2 and curl (on the machine
+# image already)
 lab-deps: $(TEST_STAMP)
 	@command -v prometheus >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 	@command -v curl >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl; }
+	@command -v stress-ng >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
 	$(BIN)/python -c 'from elastore.lab.cassandra import ensure_jars; print("cassandra jars:", ensure_jars())'
 
 # the k8s suites need kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok

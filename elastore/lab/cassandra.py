@@ -18,6 +18,7 @@ from pathlib import Path
 
 from elastore.errors import ElastoreError
 from elastore.lab import netns
+from elastore.lab.cgroups import Group
 
 CASSANDRA_VERSION = "5.0.4"
 JMX_EXPORTER_VERSION = "1.0.1"
@@ -242,13 +243,24 @@ def ensure_bindsrc() -> Path:
     return out
 
 
-def start_node(ns: str, node: NodeSpec, lib: Path, heap: str) -> subprocess.Popen[bytes]:
+def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | None = None,
+               cpus: list[int] | None = None) -> subprocess.Popen[bytes]:
     """Start the node inside ``ns``; ``ip netns exec`` execs java, so the PID is java's.
-    Its outgoing connections leave from its own address (:func:`ensure_bindsrc`)."""
+    Its outgoing connections leave from its own address (:func:`ensure_bindsrc`). With
+    ``group``, the process joins that cgroup before it execs (so all of it is counted);
+    with ``cpus``, it runs on those CPUs only."""
     log = (node.root / "logs" / "stdout.log").open("ab")
     env = dict(os.environ, LD_PRELOAD=str(ensure_bindsrc()), ELASTORE_BIND_IP=node.ip)
+
+    def join() -> None:
+        if group is not None:
+            group.add(os.getpid())
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
     return subprocess.Popen(netns.command(ns, node_command(node, lib, heap)), stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True, env=env)
+                            stderr=subprocess.STDOUT, start_new_session=True, env=env,
+                            preexec_fn=join)
 
 
 def nodetool(ns: str, lib: Path, jmx_port: int, *args: str, timeout: float = 120

@@ -29,14 +29,21 @@ def lab_group() -> None:
 @click.option("--veth", is_flag=True, help="Each node in a namespace of its own behind a veth "
               "(a pod on a routed CNI, at 10.88.0.N), the lab's namespace routing between "
               "them as a Kubernetes node does: what the node agent shapes.")
-def up_cmd(nodes: int, heap: str, veth: bool) -> None:
+@click.option("--cpu-per-node", type=float, default=0.0, show_default=True,
+              help="Each node's CPU limit in cores (its cgroup's CFS quota; 0: none). With "
+              "a limit, capacity grows with the nodes on a small machine, as with servers.")
+@click.option("--store-cpus", default="", metavar="LIST",
+              help="Run the nodes on these CPUs only (e.g. 1); the load generator then keeps "
+              "to the others, as clients on machines of their own.")
+def up_cmd(nodes: int, heap: str, veth: bool, cpu_per_node: float, store_cpus: str) -> None:
     """Fetch the jars (cached), create the namespace and start the nodes one by one.
 
     \b
     Example:
       elastore lab up --nodes 3 --heap 256M
     """
-    state = lab.up(nodes, heap, veth=veth)
+    cpus = [int(c) for c in _floats("--store-cpus", store_cpus)] if store_cpus else []
+    state = lab.up(nodes, heap, veth=veth, cpu_per_node=cpu_per_node, store_cpus=cpus)
     click.echo(f"lab up in namespace {state.netns} (state: {lab.lab_dir() / 'lab.json'})")
     for n in state.nodes:
         s = n.spec

@@ -24,7 +24,7 @@ from typing import Any
 
 from elastore.actuators.nodetool import stream_setting
 from elastore.errors import ElastoreError
-from elastore.lab import netns
+from elastore.lab import cgroups, netns
 from elastore.lab.cassandra import (
     CASSANDRA_VERSION,
     NodeSpec,
@@ -54,6 +54,8 @@ class NodeState:
     #: from the lab's namespace, which then plays the Kubernetes node ("host")
     ip: str = ""
     netns: str = ""
+    #: the node's cgroup below the v2 root (``elastore-lab/n<n>``; "" without cgroup v2)
+    cgroup: str = ""
 
     @property
     def spec(self) -> NodeSpec:
@@ -79,6 +81,12 @@ class LabState:
     #: each node in a namespace of its own behind a veth (a pod on a routed CNI), so
     #: per-pod tc (the node agent) sees its traffic; the lab's namespace is the host
     veth: bool = False
+    #: each node's CPU limit in cores (0: none); with a limit, capacity grows with the
+    #: nodes on this 2-core machine, as it does with servers of their own
+    cpu_per_node: float = 0.0
+    #: the CPUs the nodes run on (empty: all); the rest of the machine is the clients'
+    #: (``elastore load run`` keeps off these), as if the store had servers of its own
+    store_cpus: list[int] = field(default_factory=list)
 
     def node_ns(self, node: NodeState) -> str:
         """Where the node's JVM runs (and its JMX answers on 127.0.0.1)."""
@@ -100,9 +108,21 @@ class LabState:
             return cls(doc["netns"], doc["heap"], doc.get("version", CASSANDRA_VERSION),
                        [NodeState(**n) for n in doc["nodes"]],
                        int(doc.get("prometheus_pid", 0)), str(doc.get("prometheus_dir", "")),
-                       str(doc.get("pods", "")), bool(doc.get("veth", False)))
+                       str(doc.get("pods", "")), bool(doc.get("veth", False)),
+                       float(doc.get("cpu_per_node", 0.0)),
+                       [int(c) for c in doc.get("store_cpus", [])])
         except (ValueError, KeyError, TypeError) as exc:
             raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
+
+
+def keep_off_store_cpus(state: LabState, pid: int = 0) -> None:
+    """Run ``pid`` (0: this process) on the CPUs the nodes do not use, when the lab pins
+    them (:attr:`LabState.store_cpus`): clients are not on the store's servers."""
+    if not state.store_cpus:
+        return
+    rest = os.sched_getaffinity(0) - set(state.store_cpus)
+    if rest:
+        os.sched_setaffinity(pid, rest)
 
 
 def _ours(pid: int, root: str, program: str = "CassandraDaemon") -> bool:
@@ -169,6 +189,7 @@ def _start_prometheus(state: LabState, d: Path) -> None:
         binary, f"--config.file={cfg}", f"--web.listen-address={PROMETHEUS_ADDR}",
         f"--storage.tsdb.path={Path(state.prometheus_dir) / 'tsdb'}", "--log.level=warn"]),
         stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    keep_off_store_cpus(state, proc.pid)
     state.prometheus_pid = proc.pid
     state.save(d)
     wait_for("Prometheus to be ready", lambda: prometheus_get(state, "/-/ready") is not None,
@@ -224,6 +245,8 @@ def down(d: Path | None = None) -> list[str]:
             if node.netns and netns.exists(node.netns):
                 netns.delete(node.netns)
                 done.append(f"removed namespace {node.netns}")
+            if node.cgroup and cgroups.Group(node.cgroup).remove():
+                done.append(f"removed cgroup {node.cgroup}")
         if _stop(state.prometheus_pid, state.prometheus_dir, program="prometheus"):
             done.append(f"stopped Prometheus (pid {state.prometheus_pid})")
         ns = state.netns
@@ -232,6 +255,7 @@ def down(d: Path | None = None) -> list[str]:
     if netns.exists(ns):
         netns.delete(ns)
         done.append(f"removed namespace {ns}")
+    cgroups.remove_tree()  # whatever empty groups of ours are left
     shutil.rmtree(d / "nodes", ignore_errors=True)
     shutil.rmtree(d / "prometheus", ignore_errors=True)
     (d / "lab.json").unlink(missing_ok=True)
@@ -240,10 +264,12 @@ def down(d: Path | None = None) -> list[str]:
 
 def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
        namespace: str = NAMESPACE, pods: str = "", veth: bool = False,
-       ips: list[str] | None = None) -> LabState:
+       ips: list[str] | None = None, cpu_per_node: float = 0.0,
+       store_cpus: list[int] | None = None) -> LabState:
     """``pods``: "namespace/statefulset" the nodes stand in for (:attr:`LabState.pods`).
     ``veth``: each node in a namespace of its own behind a veth (:attr:`LabState.veth`),
-    at ``ips`` (default 10.88.0.n)."""
+    at ``ips`` (default 10.88.0.n). ``cpu_per_node``: each node's CPU limit in cores
+    (0: none). ``store_cpus``: the CPUs the nodes run on (:attr:`LabState.store_cpus`)."""
     if ips is not None:
         veth = True
         if len(ips) != nodes:
@@ -260,7 +286,17 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
     netns.create(namespace)
     if pods and not re.match(r"^[a-z0-9][a-z0-9-]*/[a-z0-9][a-z0-9.-]*$", pods):
         raise ElastoreError(f"pods must be namespace/statefulset, got {pods!r}")
-    state = LabState(namespace, heap, pods=pods, veth=veth)
+    if cpu_per_node < 0 or cpu_per_node > (os.cpu_count() or 1):
+        raise ElastoreError(f"--cpu-per-node must be 0 (no limit) .. {os.cpu_count()} cores")
+    if cpu_per_node and cgroups.v2_root() is None:
+        raise ElastoreError("--cpu-per-node needs cgroups (no cgroup v2 hierarchy found)")
+    cpus = sorted(set(store_cpus or []))
+    avail = os.sched_getaffinity(0)
+    if cpus and (not set(cpus) <= avail or set(cpus) == avail):
+        raise ElastoreError(f"--store-cpus {cpus}: want some, not all, of the CPUs "
+                            f"{sorted(avail)} (the rest run the clients)")
+    state = LabState(namespace, heap, pods=pods, veth=veth, cpu_per_node=cpu_per_node,
+                     store_cpus=cpus)
     if veth:
         netns.prepare_host(namespace)
     state.save(d)
@@ -296,9 +332,15 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
     seed = state.nodes[0].spec.ip if state.nodes else spec.ip
     write_config(spec, f"{seed}:7000")
     t0 = time.monotonic()
+    group = None
+    if cgroups.v2_root() is not None:
+        group = cgroups.node_group(n)
+        group.remove(wait_s=0)  # a stale one of a node that was stopped
+        group.create(state.cpu_per_node or None)
     log.info("starting node %d on %s ...", n, spec.ip)
-    proc = start_node(node_ns or state.netns, spec, lib, state.heap)
-    node = NodeState(n, proc.pid, str(root), ip or "", node_ns)
+    proc = start_node(node_ns or state.netns, spec, lib, state.heap, group,
+                      state.store_cpus or None)
+    node = NodeState(n, proc.pid, str(root), ip or "", node_ns, group.rel if group else "")
     state.nodes.append(node)
     state.save(d)
 
@@ -334,6 +376,8 @@ def remove_node(which: str | int, d: Path | None = None) -> bool:
     stopped = _stop(node.pid, node.root)
     if node.netns and netns.exists(node.netns):
         netns.delete(node.netns)  # and its veth with it
+    if node.cgroup:
+        cgroups.Group(node.cgroup).remove()
     state.nodes.remove(node)
     state.save(d)
     _reload_prometheus(state)
@@ -448,6 +492,8 @@ def decommission(which: str | int, d: Path | None = None) -> float:
     _stop(node.pid, node.root)
     if node.netns and netns.exists(node.netns):
         netns.delete(node.netns)
+    if node.cgroup:
+        cgroups.Group(node.cgroup).remove()
     state.nodes.remove(node)
     state.save(d)
     _reload_prometheus(state)

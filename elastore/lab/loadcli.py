@@ -64,6 +64,7 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
     wl = Workload.load(workload)
+    lab.keep_off_store_cpus(state)
     netns.run_inside(state.netns)  # re-enter the lab's namespace
     from elastore.lab.loadgen import run
 
