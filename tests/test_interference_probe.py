@@ -136,7 +136,12 @@ def test_combine_is_one_minus_the_product_of_what_each_stall_leaves() -> None:
     index, used = combine(c, "pod")
     assert CPU_TERM == "full" and used == ("cpu_full", "memory_full", "io_full", "steal",
                                            "hw")
-    assert index == approx(1 - 0.8 * 0.9 * 0.75 * 0.95 * 0.9)
+    # the pod's cpu term is its pressure less its own throttling: max(0, 0.2 - 0.8) = 0
+    assert index == approx(1 - 1.0 * 0.9 * 0.75 * 0.95 * 0.9)
+    index, _ = combine({**c, "throttled": 0.15}, "pod")
+    assert index == approx(1 - 0.95 * 0.9 * 0.75 * 0.95 * 0.9)
+    index, _ = combine({k: v for k, v in c.items() if k != "throttled"}, "pod")
+    assert index == approx(1 - 0.8 * 0.9 * 0.75 * 0.95 * 0.9)  # no throttling known
     index, used = combine(c, "node")
     assert used == ("cpu_some", "memory_full", "io_full", "steal", "hw")
     assert index == approx(1 - 0.1 * 0.9 * 0.75 * 0.95 * 0.9)
@@ -178,8 +183,10 @@ def test_hybrid_layout_v2_psi_and_v1_throttling(tmp_path: Path) -> None:
     # tasks stay runnable, so its cgroup shows the cpu pressure of its own limit too
     b = r.pods["shop/cass-1"]
     cpu_b = (3986040 - 1580410) / DT
-    assert b.components["throttled"] == approx((3048373111 - 1533999255) / 1000 / DT)
-    assert b.components["cpu_full"] == approx(cpu_b) and b.index == approx(cpu_b)
+    thr_b = (3048373111 - 1533999255) / 1000 / DT
+    assert b.components["throttled"] == approx(thr_b)
+    assert b.components["cpu_full"] == approx(cpu_b)
+    assert b.index == approx(max(0.0, cpu_b - min(1.0, thr_b)))  # its own limit taken out
     assert "throttled" not in b.used
     # a pod without a cgroup: the node's reading, and it says so
     g = r.pods["shop/cass-2"]
@@ -198,7 +205,7 @@ def test_pure_v2_systemd_names_missing_memory_psi_and_no_steal(tmp_path: Path) -
                             "io_some": 0.0, "io_full": 0.0,
                             "throttled": approx((700000 - 400000) / DT)}
     assert a.used == ("cpu_full", "io_full")  # memory.pressure absent: left out, not 0
-    assert a.index == approx(cpu_a)
+    assert a.index == approx(cpu_a - (700000 - 400000) / DT)  # less its own throttling
 
 
 def test_no_psi_leaves_steal_alone_and_nothing_at_all_is_unknown(tmp_path: Path) -> None:
@@ -566,8 +573,9 @@ def test_agent_measures_the_targets_pods_and_exports_them(tmp_path: Path) -> Non
                           + "}" for p in ('"cass-0"', '"cass-1"', '"cass-2"')}
     assert idx['elastore_interference_index{namespace="shop",node="n1",pod="cass-0"}'] \
         == pytest.approx(cpu_a)
+    thr_b = (3048373111 - 1533999255) / 1000 / DT
     assert idx['elastore_interference_index{namespace="shop",node="n1",pod="cass-1"}'] \
-        == pytest.approx(cpu_b)
+        == pytest.approx(max(0.0, cpu_b - min(1.0, thr_b)))
     node = series(text, "elastore_interference_node_index")
     assert node == {'elastore_interference_node_index{node="n1"}':
                     pytest.approx((9073609534 - 9070636292) / DT)}
