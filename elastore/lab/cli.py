@@ -251,6 +251,47 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
     click.echo(f"samples: {path}")
 
 
+@lab_group.command("profile-interference")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
+              default=Path("lab-interference.csv"), show_default=True,
+              help="Samples CSV (the capacity samples' columns, `interference` measured); "
+                   "the summary goes beside it (.json).")
+@click.option("--loads", default="300,600", show_default=True,
+              help="Cluster load levels, requests/s.")
+@click.option("--kinds", default="cpu,stream,cache,matrix,disk", show_default=True,
+              help="Co-runner kinds (stress-ng stressors).")
+@click.option("--levels", default="1,2,3,4", show_default=True,
+              help="Co-runner levels: stress-ng workers, pinned to the store's CPUs.")
+@click.option("--point-seconds", type=click.FloatRange(min=1), default=30.0,
+              show_default=True)
+@click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out.")
+def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
+                             point_seconds: float, resume: bool) -> None:
+    """Run the store alone and beside real co-runners (stress-ng: a CPU hog, memory
+    bandwidth, cache and matrix thrashers, a disk writer) at rising levels, and record the
+    *measured* interference index (the node agent's probe on each node's cgroup) with the
+    latency: how well the index ranks the slowdown at equal load.
+
+    \b
+    Example:
+      elastore lab up --nodes 3 --cpu-per-node 0.3 --store-cpus 1
+      elastore lab profile-interference --out experiments/profiles/lab-interference.csv
+    """
+    from elastore.lab.interference import plan as iplan
+    from elastore.lab.interference import run_interference_profile
+
+    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
+    level_list = [int(v) for v in _floats("--levels", levels)]
+    points = iplan(_floats("--loads", loads), kind_list, level_list)
+    summary = run_interference_profile(points, out, point_s=point_seconds, resume=resume,
+                                       echo=lambda m: click.echo(m, err=True))
+    click.echo(f"index_slowdown_spearman: {summary['index_slowdown_spearman']:.3f} "
+               f"(with baselines {summary['index_slowdown_spearman_with_baselines']:.3f})")
+    for kind, d in summary["kinds"].items():
+        click.echo(f"  {kind}: levels {d['levels']} index {d['index']} slowdown {d['slowdown']}")
+    click.echo(f"samples: {out}; summary: {out.with_suffix('.json')}")
+
+
 @lab_group.command("profile-bandwidth")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("lab-bandwidth.csv"), show_default=True,

@@ -1,0 +1,289 @@
+"""``elastore lab profile-interference``: how much each kind of co-runner hurts the lab's
+Cassandra, and whether the *measured* interference index says so.
+
+At each cluster load the sweep runs the store alone (a baseline point, again after every
+kind) and under each co-runner kind (:mod:`elastore.lab.corunners`) at each level, pinned
+to the store's CPUs. Every point holds for ``point_s`` seconds of constant open-loop load
+(``elastore load run``, reads 95 %); meanwhile the node agent's probe code
+(:mod:`elastore.agent.interference`) reads every node's cgroup (PSI, throttling) and the
+machine's ``/proc/stat`` at the point's start and end, and the point's index is the mean of
+the nodes' pod-scope indices over the point.
+
+The *slowdown* of a point is its p95 (median over its windows, the first dropped as
+warm-up) over the baseline p95 at the same load (the median of that load's baseline
+points): the latency the same load gets with the neighbour, relative to without.
+``index_slowdown_spearman`` is the rank correlation of index and slowdown over the non-
+baseline points (and over all points, baselines at slowdown 1).
+
+Runs *outside* the lab's network namespace: ``ip netns exec`` mounts a sysfs of its own,
+in which the cgroups are not visible; the load generator enters the namespace itself.
+
+Rows are per 5-s window with the capacity samples' columns (per server; ``interference``
+is the *measured* index), so ``elastore models fit`` reads the file as it is; plus the
+point's kind, level, index terms and slowdown. Appended and flushed as each point ends;
+``--resume`` skips the points already in the file.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from elastore.errors import ElastoreError
+from elastore.lab.corunners import KINDS, MAX_LEVEL, CoRunner
+
+BASELINE = "none"
+COLUMNS = ["read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms",
+           "point", "window", "nodes", "cluster_rps", "read_ratio", "achieved_rps", "errors",
+           "kind", "level", "cpu_full", "cpu_some", "throttled", "io_full", "memory_full",
+           "steal", "terms", "point_p95_ms"]
+
+
+@dataclass(frozen=True)
+class IPoint:
+    index: int
+    cluster_rps: float
+    kind: str  # BASELINE: no co-runner
+    level: int
+
+
+def plan(loads: Sequence[float], kinds: Sequence[str], levels: Sequence[int]) -> list[IPoint]:
+    """Per load: a baseline, then each kind's levels in rising order followed by a
+    baseline (so drift shows, and each kind is judged against the store alone nearby)."""
+    if not loads or any(not (v > 0 and math.isfinite(v)) for v in loads):
+        raise ElastoreError(f"loads must be > 0 requests/s: {list(loads)}")
+    bad = [k for k in kinds if k not in KINDS]
+    if not kinds or bad:
+        raise ElastoreError(f"unknown co-runner kinds {bad}: one of {', '.join(KINDS)}")
+    if not levels or any(not 1 <= lv <= MAX_LEVEL for lv in levels):
+        raise ElastoreError(f"levels must be 1..{MAX_LEVEL} workers: {list(levels)}")
+    out: list[IPoint] = []
+    for load in loads:
+        out.append(IPoint(len(out), float(load), BASELINE, 0))
+        for kind in kinds:
+            for lv in sorted(set(levels)):
+                out.append(IPoint(len(out), float(load), kind, lv))
+            out.append(IPoint(len(out), float(load), BASELINE, 0))
+    return out
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(np.median(xs)) if len(xs) else math.nan
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rank correlation (average ranks for ties); NaN with < 3 pairs or a
+    constant side."""
+    from scipy.stats import spearmanr
+
+    pairs = [(a, b) for a, b in zip(x, y, strict=True) if math.isfinite(a) and math.isfinite(b)]
+    if len(pairs) < 3:
+        return math.nan
+    xa, ya = zip(*pairs, strict=True)
+    if len(set(xa)) < 2 or len(set(ya)) < 2:
+        return math.nan
+    return float(spearmanr(xa, ya).statistic)
+
+
+@dataclass(frozen=True)
+class PointResult:
+    point: int
+    cluster_rps: float
+    kind: str
+    level: int
+    index: float
+    p95_ms: float
+    slowdown: float
+
+
+def summarize(rows: list[dict[str, str]]) -> dict[str, Any]:
+    """Per point: index, p95 and slowdown; the rank correlations; per kind the index and
+    slowdown by level."""
+    by_point: dict[int, list[dict[str, str]]] = {}
+    for r in rows:
+        by_point.setdefault(int(r["point"]), []).append(r)
+    pts = []
+    for k, rs in sorted(by_point.items()):
+        r0 = rs[0]
+        pts.append((k, float(r0["cluster_rps"]), r0["kind"], int(r0["level"]),
+                    float(r0["interference"]) if r0["interference"] else math.nan,
+                    float(r0["point_p95_ms"])))
+    base: dict[float, float] = {}
+    for load in {p[1] for p in pts}:
+        base[load] = _median([p[5] for p in pts if p[1] == load and p[2] == BASELINE])
+    res = [PointResult(k, load, kind, lv, idx, p95, p95 / base[load]
+                       if base[load] > 0 else math.nan)
+           for k, load, kind, lv, idx, p95 in pts]
+    loaded = [p for p in res if p.kind != BASELINE]
+    kinds: dict[str, dict[str, Any]] = {}
+    for p in loaded:
+        d = kinds.setdefault(p.kind, {"levels": [], "index": [], "slowdown": []})
+        d["levels"].append(p.level)
+        d["index"].append(round(p.index, 3))
+        d["slowdown"].append(round(p.slowdown, 2))
+    return {
+        "points": [p.__dict__ for p in res],
+        "baseline_p95_ms": {str(k): round(v, 1) for k, v in sorted(base.items())},
+        "baseline_index": round(_median([p.index for p in res if p.kind == BASELINE]), 3),
+        "index_slowdown_spearman": spearman([p.index for p in loaded],
+                                            [p.slowdown for p in loaded]),
+        "index_slowdown_spearman_with_baselines": spearman([p.index for p in res],
+                                                           [p.slowdown for p in res]),
+        "kinds": kinds,
+    }
+
+
+class NodeProbe:
+    """The agent's probe arithmetic over the lab nodes' own cgroups (the agent finds a
+    pod's cgroup by its UID; the lab's are ``elastore-lab/n<n>``)."""
+
+    def __init__(self, groups: list[str], proc_root: Path = Path("/proc")) -> None:
+        from elastore.lab import cgroups
+
+        v2, v1 = cgroups.v2_root(), cgroups.v1_cpu_root()
+        if v2 is None:
+            raise ElastoreError("no cgroup v2 hierarchy: the probe needs PSI")
+        self.dirs = [(v2 / g, v1 / g if v1 else None) for g in groups]
+        self.proc_root = proc_root
+
+    def snapshot(self) -> tuple[float, list[Any], Any]:
+        from elastore.agent.interference import parse_proc_stat, read_group
+
+        stat = (self.proc_root / "stat").read_text()
+        return (time.monotonic(), [read_group(a, b) for a, b in self.dirs],
+                parse_proc_stat(stat))
+
+    @staticmethod
+    def between(a: tuple[float, list[Any], Any], b: tuple[float, list[Any], Any]
+                ) -> tuple[float, dict[str, float], tuple[str, ...]]:
+        """The mean pod-scope index of the nodes, their mean components, the terms."""
+        from elastore.agent.interference import combine, group_components, steal_fraction
+
+        dt = b[0] - a[0]
+        steal = steal_fraction(a[2], b[2])
+        idx: list[float] = []
+        comps: list[dict[str, float]] = []
+        terms: tuple[str, ...] = ()
+        for ga, gb in zip(a[1], b[1], strict=True):
+            c = group_components(ga, gb, dt)
+            if steal is not None:
+                c["steal"] = steal
+            i, used = combine(c, "pod")
+            if i is None:
+                raise ElastoreError("a node's cgroup has no readable pressure: no index")
+            idx.append(i)
+            comps.append(c)
+            terms = used
+        keys = {k for c in comps for k in c}
+        mean = {k: float(np.mean([c[k] for c in comps if k in c])) for k in keys}
+        return float(np.mean(idx)), mean, terms
+
+
+def done_points(out: Path) -> set[int]:
+    if not out.is_file():
+        return set()
+    with out.open() as fh:
+        return {int(r["point"]) for r in csv.DictReader(fh)}
+
+
+def _load(wl: Path, out: Path, preload: bool) -> None:
+    argv = [sys.executable, "-m", "elastore", "load", "run", str(wl), "--out", str(out)]
+    if not preload:
+        argv.append("--no-preload")
+    res = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise ElastoreError(f"the load generator failed: {res.stderr.strip()[-500:]}")
+
+
+def run_interference_profile(points: list[IPoint], out: Path, *, point_s: float = 30.0,
+                             window_s: float = 5.0, read_ratio: float = 0.95,
+                             settle_s: float = 5.0, resume: bool = False,
+                             echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the sweep on the lab that is up (from *outside* its namespace); append rows to
+    ``out``; write and return the summary (``out`` with ``.json``)."""
+    from elastore.lab import lab
+    from elastore.lab.profile import _Appender, constant_workload
+
+    state = lab.LabState.load(lab.lab_dir())
+    if state is None or not state.nodes:
+        raise ElastoreError("no lab is up: run 'elastore lab up' first")
+    if any(not n.cgroup for n in state.nodes):
+        raise ElastoreError("the lab's nodes are not in cgroups of their own (a lab started "
+                            "before cgroups, or no cgroup v2): 'elastore lab down' and up")
+    if point_s < 2 * window_s:
+        raise ElastoreError("a point must last at least two windows (one is warm-up)")
+    if out.exists() and not resume:
+        raise ElastoreError(f"{out} exists: pass --resume to continue, or choose another "
+                            "--out (nothing is overwritten)")
+    skip = done_points(out) if resume else set()
+    todo = [p for p in points if p.index not in skip]
+    cpus = state.store_cpus or sorted(os.sched_getaffinity(0))
+    nodes = len(state.nodes)
+    probe = NodeProbe([n.cgroup for n in state.nodes])
+    echo(f"profile-interference: {len(points)} points ({len(skip)} done), {point_s:g} s "
+         f"each, {nodes} nodes, co-runners on CPUs {cpus}; about "
+         f"{len(todo) * (point_s + settle_s + 8) / 60:.0f} min")
+    with tempfile.TemporaryDirectory(prefix="elastore-iprofile-") as tmp:
+        t = Path(tmp)
+        if todo and not skip:
+            pre = t / "preload.json"
+            constant_workload(1.0, 1.0, window_s, window_s).save(pre)
+            echo("preloading the keys ...")
+            _load(pre, t / "preload.csv", preload=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with _Appender(out, COLUMNS) as wr:
+            for k, p in enumerate(todo):
+                runner = CoRunner(p.kind, p.level, cpus) if p.kind != BASELINE else None
+                wl = t / f"p{p.index}.json"
+                constant_workload(p.cluster_rps, read_ratio, point_s, window_s).save(wl)
+                rows_csv = t / f"p{p.index}.csv"
+                try:
+                    if runner is not None:
+                        runner.start()
+                    time.sleep(settle_s)
+                    a = probe.snapshot()
+                    _load(wl, rows_csv, preload=False)
+                    b = probe.snapshot()
+                finally:
+                    if runner is not None:
+                        runner.stop()
+                index, comps, terms = NodeProbe.between(a, b)
+                with rows_csv.open() as fh:
+                    windows = list(csv.DictReader(fh))[1:]  # the first: warm-up
+                windows = [w for w in windows if w["p95_ms"] not in ("", "nan")
+                           and float(w["achieved_rps"]) > 0]
+                p95 = _median([float(w["p95_ms"]) for w in windows])
+                wr.write([{
+                    "read_rps": round(float(w["achieved_rps"]) * read_ratio / nodes, 3),
+                    "write_rps": round(float(w["achieved_rps"]) * (1 - read_ratio) / nodes, 3),
+                    "migration_mibps": 0.0, "interference": round(index, 4),
+                    "p95_ms": float(w["p95_ms"]), "p99_ms": float(w["p99_ms"]),
+                    "point": p.index, "window": int(w["window"]), "nodes": nodes,
+                    "cluster_rps": p.cluster_rps, "read_ratio": read_ratio,
+                    "achieved_rps": float(w["achieved_rps"]), "errors": int(w["errors"]),
+                    "kind": p.kind, "level": p.level,
+                    **{c: round(comps[c], 4) if c in comps else "" for c in
+                       ("cpu_full", "cpu_some", "throttled", "io_full", "memory_full",
+                        "steal")},
+                    "terms": "+".join(terms), "point_p95_ms": round(p95, 2),
+                } for w in windows])
+                echo(f"[{k + 1}/{len(todo)}] {p.cluster_rps:g} req/s, {p.kind}"
+                     f"{'' if p.kind == BASELINE else f' x{p.level}'}: index {index:.3f} "
+                     f"(cpu_full {comps.get('cpu_full', math.nan):.3f}, throttled "
+                     f"{comps.get('throttled', math.nan):.3f}), p95 {p95:.1f} ms")
+    with out.open() as fh:
+        summary = summarize(list(csv.DictReader(fh)))
+    out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

@@ -1,0 +1,133 @@
+"""The lab's co-runners and the interference profile's arithmetic.
+
+Pure: the sweep plan, the rank correlation, the summary (slowdown against the baselines at
+the same load). Lab (real cgroups and stress-ng): under each co-runner kind, pinned to the
+CPU a store stand-in runs on, the probe's index of the stand-in's cgroup rises, and falls
+back once the co-runner is stopped; the co-runner leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from elastore.errors import ElastoreError
+from elastore.lab.interference import BASELINE, plan, spearman, summarize
+
+
+def test_plan_brackets_every_kind_with_baselines_at_each_load() -> None:
+    pts = plan([300, 600], ["cpu", "disk"], [2, 1])
+    assert [p.index for p in pts] == list(range(len(pts)))
+    first = [(p.kind, p.level) for p in pts if p.cluster_rps == 300]
+    assert first == [(BASELINE, 0), ("cpu", 1), ("cpu", 2), (BASELINE, 0), ("disk", 1),
+                     ("disk", 2), (BASELINE, 0)]
+    assert len(pts) == 14
+
+
+@pytest.mark.parametrize("args, msg", [
+    (([0], ["cpu"], [1]), "loads"),
+    (([100], ["gpu"], [1]), "unknown co-runner"),
+    (([100], ["cpu"], [0]), "levels"),
+    (([math.nan], ["cpu"], [1]), "loads"),
+])
+def test_plan_refuses_bad_input(args: tuple, msg: str) -> None:
+    with pytest.raises(ElastoreError, match=msg):
+        plan(*args)
+
+
+def test_spearman_ranks_ties_and_refuses_too_little() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    # one swap among 5: 1 - 6*2/(5*24) = 0.9
+    assert spearman([1, 2, 3, 4, 5], [1, 3, 2, 4, 5]) == pytest.approx(0.9)
+    assert math.isnan(spearman([1, 2], [1, 2]))
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    assert spearman([1, 2, math.nan, 3], [1, 2, 5, 3]) == pytest.approx(1.0)  # NaN dropped
+
+
+def _row(point: int, load: float, kind: str, level: int, index: float, p95: float
+         ) -> dict[str, str]:
+    return {"point": str(point), "cluster_rps": str(load), "kind": kind, "level": str(level),
+            "interference": str(index), "point_p95_ms": str(p95)}
+
+
+def test_summary_measures_slowdown_against_the_same_loads_baselines() -> None:
+    rows = [_row(0, 300, BASELINE, 0, 0.2, 10), _row(1, 300, "cpu", 1, 0.5, 20),
+            _row(1, 300, "cpu", 1, 0.5, 20),  # a second window of the same point
+            _row(2, 300, "cpu", 2, 0.7, 40), _row(3, 300, BASELINE, 0, 0.25, 14),
+            _row(4, 600, BASELINE, 0, 0.3, 30), _row(5, 600, "cpu", 1, 0.6, 45),
+            _row(6, 600, BASELINE, 0, 0.3, 30)]
+    s = summarize(rows)
+    assert s["baseline_p95_ms"] == {"300.0": 12.0, "600.0": 30.0}
+    slow = {p["point"]: p["slowdown"] for p in s["points"]}
+    assert slow[1] == pytest.approx(20 / 12) and slow[2] == pytest.approx(40 / 12)
+    assert slow[5] == pytest.approx(45 / 30)
+    # index order 0.5, 0.6, 0.7 against slowdown order 1.67, 1.5, 3.33: one swap in three
+    assert s["index_slowdown_spearman"] == pytest.approx(0.5)
+    assert s["kinds"]["cpu"]["levels"] == [1, 2, 1]
+
+
+STANDIN = """
+import time
+end = time.monotonic() + {secs}
+x = 0
+while time.monotonic() < end:   # a busy server: 16 ms of work, 4 ms idle (0.8 of a CPU)
+    t = time.monotonic()
+    while time.monotonic() - t < 0.016:
+        x += 1
+    time.sleep(0.004)
+"""
+
+
+@pytest.mark.lab
+def test_the_index_rises_under_each_co_runner_kind_and_falls_back() -> None:
+    import shutil
+
+    from elastore.agent.interference import combine, group_components, read_group
+    from elastore.lab import cgroups
+    from elastore.lab.corunners import GROUP, KINDS, CoRunner
+
+    if shutil.which("stress-ng") is None:
+        pytest.fail("stress-ng is not installed ('make lab-deps' installs it from Debian)")
+    if cgroups.v2_root() is None:
+        pytest.fail("no cgroup v2 hierarchy: the probe and the co-runners need it")
+    cpu = max(os.sched_getaffinity(0))
+    store = cgroups.Group(f"{cgroups.LAB_GROUP}/test-store-{os.getpid()}").create()
+    v2 = store.v2()
+    assert v2 is not None
+    proc = subprocess.Popen([sys.executable, "-c", STANDIN.format(secs=300)],
+                            preexec_fn=lambda: (store.add(os.getpid(), cpu=False),
+                                                os.sched_setaffinity(0, {cpu})))
+
+    def index_over(secs: float) -> float:
+        a, t0 = read_group(v2, None), time.monotonic()
+        time.sleep(secs)
+        b, t1 = read_group(v2, None), time.monotonic()
+        i, used = combine(group_components(a, b, t1 - t0), "pod")
+        assert i is not None and "cpu_full" in used
+        return i
+
+    seen: dict[str, tuple[float, float, float]] = {}
+    try:
+        time.sleep(1)
+        for kind in KINDS:
+            before = index_over(3)
+            with CoRunner(kind, 2, [cpu]):
+                time.sleep(1)
+                during = index_over(4)
+            after = index_over(3)
+            seen[kind] = (before, during, after)
+    finally:
+        proc.kill()
+        proc.wait()
+        store.remove()
+    msg = ", ".join(f"{k}: {b:.2f} -> {d:.2f} -> {a:.2f}" for k, (b, d, a) in seen.items())
+    for kind, (before, during, after) in seen.items():
+        assert during > before + 0.15, f"{kind} did not raise the index ({msg})"
+        assert after < during - 0.15, f"{kind}: the index did not fall back ({msg})"
+    assert not GROUP.pids(), "a co-runner process outlived its block"
