@@ -101,6 +101,16 @@ class Group:
         else:
             raise ElastoreError("no cgroup cpu controller (v2 cpu.max or v1 cpu) to limit CPU")
 
+    def set_weight(self, servers: int) -> None:
+        """CPU weight of ``servers`` default entities (v1 ``cpu.shares`` 1024 each, v2
+        ``cpu.weight`` 100 each): under contention the group gets the share that many
+        separate servers' (or pods') threads would."""
+        v2, v1 = self.v2(), self.v1_cpu()
+        if v2 is not None and (v2 / "cpu.weight").exists():
+            (v2 / "cpu.weight").write_text(f"{min(10000, 100 * max(1, servers))}\n")
+        elif v1 is not None and (v1 / "cpu.shares").exists():
+            (v1 / "cpu.shares").write_text(f"{1024 * max(1, servers)}\n")
+
     def add(self, pid: int, cpu: bool = True) -> None:
         """Move a process (all its threads) into the group (and into its v1 ``cpu`` group
         when there is one and ``cpu``)."""

@@ -192,6 +192,18 @@ def bwman_cmd(model_path: Path | None, total_mbit: float, headroom: float, polic
         shaper.remove()
 
 
+def _interrupt_on_term() -> None:
+    """SIGTERM (and SIGINT, which a shell's background job ignores) end a long sweep as
+    Ctrl-C does, so its co-runners, shaping and files are cleaned up."""
+    import signal
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+
 def _floats(name: str, spec: str) -> list[float]:
     try:
         return [float(x) for x in spec.split(",") if x.strip()]
@@ -280,6 +292,7 @@ def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
     from elastore.lab.interference import plan as iplan
     from elastore.lab.interference import run_interference_profile
 
+    _interrupt_on_term()
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
     level_list = [int(v) for v in _floats("--levels", levels)]
     points = iplan(_floats("--loads", loads), kind_list, level_list)

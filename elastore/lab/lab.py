@@ -125,6 +125,15 @@ def keep_off_store_cpus(state: LabState, pid: int = 0) -> None:
         os.sched_setaffinity(pid, rest)
 
 
+def _reweigh(state: LabState) -> None:
+    """The lab's CPU group weighs as many servers as it has nodes: its nodes share one
+    parent group, which would otherwise get one entity's CPU share against a co-runner's
+    threads however many nodes it holds (adding a node would add no CPU under contention,
+    unlike adding a server)."""
+    if any(n.cgroup for n in state.nodes):
+        cgroups.Group(cgroups.LAB_GROUP).set_weight(len(state.nodes))
+
+
 def _ours(pid: int, root: str, program: str = "CassandraDaemon") -> bool:
     """Whether ``pid`` still runs the process we started for ``root``."""
     if pid <= 0 or not root:
@@ -351,6 +360,7 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
             raise ElastoreError(f"node {n} exited with {proc.returncode}: {tail}")
         return _ring(state, node, lib).get(spec.ip) == "UN"
 
+    _reweigh(state)
     wait_for(f"node {n} ({spec.ip}) to join the ring", joined, timeout_s=240)
     log.info("node %d up in %.0f s", n, time.monotonic() - t0)
     _reload_prometheus(state)
@@ -379,6 +389,7 @@ def remove_node(which: str | int, d: Path | None = None) -> bool:
     if node.cgroup:
         cgroups.Group(node.cgroup).remove()
     state.nodes.remove(node)
+    _reweigh(state)
     state.save(d)
     _reload_prometheus(state)
     shutil.rmtree(node.root, ignore_errors=True)
@@ -495,6 +506,7 @@ def decommission(which: str | int, d: Path | None = None) -> float:
     if node.cgroup:
         cgroups.Group(node.cgroup).remove()
     state.nodes.remove(node)
+    _reweigh(state)
     state.save(d)
     _reload_prometheus(state)
     shutil.rmtree(node.root, ignore_errors=True)
