@@ -83,7 +83,6 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
         lambda p: p.prometheus and p.prometheus.namespace_label,
     "spec.metrics.prometheus.podLabel": lambda p: p.prometheus and p.prometheus.pod_label,
     "spec.interference": lambda p: None,
-    "spec.interference.enabled": lambda p: p.interference,
     "spec.scaleDown": lambda p: None,
     "spec.scaleDown.stabilizationSeconds": lambda p: p.stabilization_s,
     "spec.scaleDown.pvcPolicy": lambda p: p.pvc_policy,
@@ -126,6 +125,16 @@ def test_every_enum_value_parses_and_no_other() -> None:
         with pytest.raises(SpecError) as err:
             parse(with_value(path, "not-a-value" if isinstance(values[0], str) else 42))
         assert err.value.where == path
+
+
+def test_interference_enabled_has_no_default_absent_is_auto() -> None:
+    """``spec.interference.enabled`` absent is Auto (None), not false: a schema default
+    would write ``false`` into every new policy and turn Auto off for good."""
+    node = dict(walk(schema()))["spec.interference.enabled"]
+    assert node["type"] == "boolean" and "default" not in node
+    assert parse(MINIMAL).interference is None
+    assert parse(with_value("spec.interference.enabled", True)).interference is True
+    assert parse(with_value("spec.interference.enabled", False)).interference is False
 
 
 def test_the_queries_the_schema_allows_are_the_parsers() -> None:

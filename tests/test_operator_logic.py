@@ -68,7 +68,8 @@ def test_defaults_match_the_crd() -> None:
     ({"target__replicationFactor": 0}, "spec.target.replicationFactor"),
     ({"prediction": {"horizon": "5m"}}, "spec.prediction.horizon"),
     ({"scaleDown": {"pvcPolicy": "Shred"}}, "spec.scaleDown.pvcPolicy"),
-    ({"interference": {"enabled": True}, "metrics": PROM}, "spec.interference"),
+    ({"interference": {"enabled": True}}, "spec.interference"),  # nothing to read it from
+    ({"interference": {"enabled": "yes"}, "metrics": PROM}, "spec.interference.enabled"),
     ({"metrics": {"prometheus": {"url": "http://p", "queries": {"latency": "x"}}}},
      "spec.metrics.prometheus.queries"),
     ({"target__nodetool": ["sh", "-c", "rm -rf /"]}, "spec.target.nodetool"),  # tamper
@@ -102,8 +103,116 @@ def test_default_queries_take_the_selector() -> None:
     assert p.prometheus.query("readRps", "shop", "cass") == (
         'sum(rate(org_apache_cassandra_metrics_clientrequest_count{name="Latency",'
         'scope="Read",namespace="shop",pod=~"cass-[0-9]+",dc="a"}[1m]))')
-    with pytest.raises(SpecError, match="no query 'interference'"):
-        p.prometheus.query("interference", "shop", "cass")
+    # the node agent's index, scoped to the target's pods alone (no other matcher)
+    assert p.prometheus.query("interference", "shop", "cass") == (
+        'avg(elastore_interference_index{namespace="shop",pod=~"cass-[0-9]+",dc="a"})')
+    with pytest.raises(SpecError, match="no query 'latency'"):
+        p.prometheus.query("latency", "shop", "cass")
+
+
+def test_interference_modes_and_the_query_override() -> None:
+    """Absent: Auto; true and false as given; the policy's own query replaces the agent's;
+    the latency query reads the SLO's percentile (Cassandra's timers are microseconds)."""
+    from elastore.operator import interference as hubbub
+
+    auto = parse(spec_with(metrics=PROM))
+    assert auto.interference is None and hubbub.mode(auto) == "Auto"
+    assert hubbub.mode(parse(spec_with(metrics=PROM, interference={"enabled": True}))) == \
+        "Enabled"
+    off = parse(spec_with(interference={"enabled": False}))  # blind needs no metrics
+    assert hubbub.mode(off) == "Disabled"
+    own = parse(spec_with(metrics={"prometheus": {"url": "http://p", "queries": {
+        "interference": "max(my_steal_index)"}}}))
+    assert own.prometheus is not None and hubbub.own_query(own)
+    assert own.prometheus.query("interference", "shop", "cass") == "max(my_steal_index)"
+    assert not hubbub.own_query(auto)
+    p99 = parse(spec_with(metrics=PROM, slo={"latencyMs": 30, "percentile": 99}))
+    assert p99.prometheus is not None
+    q = p99.prometheus.query("latencyMs", "shop", "cass")
+    assert "clientrequest_99thpercentile{" in q and q.endswith("/ 1000")
+    assert 'namespace="shop",pod=~"cass-[0-9]+"' in q
+    assert "95thpercentile" in auto.prometheus.query("latencyMs", "shop", "cass")  # type: ignore[union-attr]
+
+
+def test_reading_the_index_by_mode_never_a_missing_one_as_zero() -> None:
+    from elastore.operator import interference as hubbub
+
+    def missing() -> float:
+        raise MetricsError("MetricsMissing", "interference: Prometheus returned no series")
+
+    def refused() -> float:
+        raise MetricsError("PrometheusError", "bad query")
+
+    auto = parse(spec_with(metrics=PROM))
+    on = parse(spec_with(metrics=PROM, interference={"enabled": True}))
+    off = parse(spec_with(metrics=PROM, interference={"enabled": False}))
+    r = hubbub.read(auto, lambda: 0.4)
+    assert (r.index, r.source) == (0.4, "agent")
+    r = hubbub.read(auto, missing)
+    assert r.index is None and r.source == "none" and "blind" in r.reason
+    assert "no series" in r.reason
+    r = hubbub.read(auto, lambda: 1.7)  # not an index: as if missing, and said
+    assert r.index is None and "outside [0, 1]" in r.reason
+    with pytest.raises(MetricsError, match="bad query"):  # a broken query is not "absent"
+        hubbub.read(auto, refused)
+    with pytest.raises(MetricsError, match="enabled is true") as err:
+        hubbub.read(on, missing)
+    assert err.value.reason == "MetricsMissing"
+    assert hubbub.read(on, lambda: 0.2).index == 0.2
+    r = hubbub.read(off, lambda: 0.9)
+    assert r.index is None and r.source == "none" and "false" in r.reason
+    own = parse(spec_with(metrics={"prometheus": {"url": "http://p", "queries": {
+        "interference": "x"}}}))
+    assert hubbub.read(own, lambda: 0.3).source == "query"
+
+
+def test_the_learned_effect_raises_the_plan_and_its_state_round_trips(ms: ModelSet) -> None:
+    """One period with the index: the learner takes the observation, the planner reads the
+    capacity model with the learned effect and wants more servers than blind at the same
+    load; the state in the status reads back the same; a garbled one is forgotten."""
+    import json
+
+    from elastore.models.interference import InterferenceEffect
+    from elastore.operator import interference as hubbub
+
+    spec = fast_spec()
+    snap = snapshot([800.0] * 10)  # 200 requests/s per node: the steep part of its curve
+    learner = hubbub.learner_from_status({})
+    prior = hubbub.prior(ms.capacity, "agent")
+    assert prior.source == "definition"
+    # the placeholder's profiled axis is the prior only for a query of the policy's own
+    assert hubbub.prior(ms.capacity, "query").source == "profiled"
+    load_per_node = snap.load_rps / 4
+    lat = float(ms.capacity.latency_ms(load_per_node * 1.6, 0.95, 0.0, 0.0))
+    note = hubbub.learn(learner, ms.capacity, snap, 4, 0.4, lat, False, prior)
+    assert note == "used" and learner.observations == 1
+    assert hubbub.learn(learner, ms.capacity, snap, 4, 0.4, None, False, prior).startswith(
+        "skipped (missing)")
+    assert "node step" in hubbub.learn(learner, ms.capacity, snap, 4, 0.4, lat, True, prior)
+    assert learner.skipped["missing"] == 1 and learner.observations == 1
+    effect = learner.effect(prior)
+    aware = control.decide(spec, snap, 3, hubbub.planning_models(ms, effect), control.Memory(),
+                           interference=0.4)
+    blind = control.decide(spec, snap, 3, ms, control.Memory())
+    assert aware.desired_replicas > blind.desired_replicas == 3
+    assert aware.plan.details["capacity_rps"] == pytest.approx(
+        blind.plan.details["capacity_rps"] / float(effect.factor(0.4)))
+    reading = hubbub.Reading(0.4, "agent", "the agent: 0.400")
+    st = json.loads(json.dumps(hubbub.to_status(spec, reading, learner, effect, lat, note,
+                                                10_000.0)))
+    assert st["source"] == "agent" and st["index"] == 0.4 and st["mode"] == "Auto"
+    assert st["factor"] == pytest.approx(float(effect.factor(0.4)), abs=1e-4)
+    assert len(st["factors"]) == 9 and st["prior"] == "definition"
+    assert len(json.dumps(st["learned"])) < 1000
+    back = hubbub.learner_from_status({"interference": st})
+    assert back.to_dict() == learner.to_dict()
+    assert hubbub.learner_from_status({"interference": {"learned": {"version": 1,
+                                                                    "bins": "x"}}}
+                                      ).observations == 0
+    blind_st = hubbub.to_status(spec, hubbub.Reading(None, "none", "Auto: none"), learner,
+                                None, None, "not learned", 10_000.0)
+    assert blind_st["index"] is None and blind_st["factor"] == 1.0
+    assert isinstance(InterferenceEffect.definition(), InterferenceEffect)
 
 
 def test_partial_default_queries_are_scoped_to_the_targets_pods() -> None:

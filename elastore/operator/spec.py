@@ -44,12 +44,35 @@ DEFAULT_QUERIES = {
     # one series per node: the time of its newest sample
     "freshness": '{by}(timestamp(org_apache_cassandra_metrics_clientrequest_count'
                  '{{name="Latency",scope="Read"{selector}}}))',
+    # Hubbub-scale's interference index, in [0, 1]: elastore's node agent exports one series
+    # per pod (elastore.agent, labels namespace, pod, node); the target's mean
+    "interference": 'avg(elastore_interference_index{{{scope}}})',
+    # The store's latency at the SLO's percentile, ms, for learning the interference effect:
+    # the coordinators' client-request latency, each node's read and write percentile
+    # weighted by its request rate. The JMX exporter's default naming of the MBean
+    # org.apache.cassandra.metrics:type=ClientRequest,scope=Read|Write,name=Latency (its
+    # Count attribute is the ..._count above; the lab's exporter config,
+    # elastore/lab/cassandra.py EXPORTER_CONFIG, exports type=ClientRequest with rule ".*"
+    # and lowercaseOutputName) gives its 95thPercentile / 99thPercentile attribute as
+    # ..._95thpercentile / ..._99thpercentile (seen on the lab's Cassandra 5.0.4 with the JMX
+    # exporter 1.0.1: ..._95thpercentile{name="Latency",scope="Read"} 8239.0, beside the
+    # per-consistency-level scopes Read-ALL, Read-ANY, ... that the anchored regex leaves
+    # out). Cassandra 5's timers report microseconds (CassandraMetricsRegistry.
+    # DEFAULT_TIMER_UNIT, read with javap from cassandra-all-5.0.4.jar), hence / 1000.
+    # Server side: it leaves out the network and the client's queueing that a client
+    # measures (the lab profiles' p95_ms is the client's; the lab's load generator exports
+    # it as elastore_load_p95_ms), see docs/operator.md "Interference".
+    "latencyMs": 'sum(org_apache_cassandra_metrics_clientrequest_{pct}thpercentile'
+                 '{{name="Latency",scope=~"Read|Write"{selector}}} * '
+                 'rate(org_apache_cassandra_metrics_clientrequest_count'
+                 '{{name="Latency",scope=~"Read|Write"{selector}}}[1m])) / '
+                 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
+                 '{{name="Latency",scope=~"Read|Write"{selector}}}[1m])) / 1000',
 }
 
 
-#: queries without a default: the Hubbub-scale interference index (in [0, 1]) comes from the
-#: platform's metrics, which differ from one cluster to the next
-OPTIONAL_QUERIES = ("interference",)
+#: queries without a default (none since the node agent exports the interference index)
+OPTIONAL_QUERIES: tuple[str, ...] = ()
 
 
 #: the ports BwMan tells a store's client traffic from its storage traffic by, per store
@@ -100,6 +123,8 @@ class Prometheus:
     #: ``namespace``, ``pod``); "" drops that part of the scope
     namespace_label: str = "namespace"
     pod_label: str = "pod"
+    #: the SLO's percentile: which latency percentile ``latencyMs`` reads
+    percentile: int = 95
 
     def scope(self, namespace: str, target: str) -> str:
         """The label matchers that keep the default queries to the target's own pods."""
@@ -123,7 +148,8 @@ class Prometheus:
                             "spec.metrics.prometheus.queries")
         sel = self.scope(namespace, target)
         by = f"max by ({self.pod_label}) " if self.pod_label else ""
-        return DEFAULT_QUERIES[name].format(selector="," + sel if sel else "", by=by)
+        return DEFAULT_QUERIES[name].format(selector="," + sel if sel else "", by=by,
+                                            scope=sel, pct=self.percentile)
 
 
 @dataclass(frozen=True)
@@ -149,7 +175,10 @@ class PolicySpec:
     model_configmap: str | None = None
     model_key: str = "model.json"
     prometheus: Prometheus | None = None
-    interference: bool = False
+    #: ``spec.interference.enabled``: None (absent) is Auto, the index when the agent's
+    #: series exist for the target's pods, blind (and said) when not; True: the index or no
+    #: decision; False: blind
+    interference: bool | None = None
     stabilization_s: float = 300.0
     pvc_policy: str = "Retain"
     min_free_fraction: float = 0.2
@@ -352,14 +381,17 @@ def parse(spec: Any) -> PolicySpec:
                           selector=str(p.get("selector", "")),
                           queries={str(k): str(v) for k, v in queries.items()},
                           namespace_label=_label(p, "namespaceLabel", "namespace"),
-                          pod_label=_label(p, "podLabel", "pod"))
+                          pod_label=_label(p, "podLabel", "pod"), percentile=pct)
     if mode == "Enforce" and prom is None:
         raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "
                         "evidence", "spec.metrics")
-    interference = bool(_get(spec.get("interference"), "enabled", False, "spec.interference"))
-    if interference and (prom is None or "interference" not in prom.queries):
-        raise SpecError("interference.enabled needs spec.metrics.prometheus.queries."
-                        "interference (a PromQL index in [0, 1])", "spec.interference")
+    interference = _get(spec.get("interference"), "enabled", None, "spec.interference")
+    if interference is not None and not isinstance(interference, bool):
+        raise SpecError(f"must be true or false (absent: Auto), got {interference!r}",
+                        "spec.interference.enabled")
+    if interference and prom is None:
+        raise SpecError("interference.enabled: true needs spec.metrics.prometheus (the "
+                        "index is read from it)", "spec.interference")
     down = spec.get("scaleDown") or {}
     node_mbit, client_ports, storage_ports = _bandwidth(spec.get("bandwidth"), target.store)
     return PolicySpec(
