@@ -261,6 +261,119 @@ def test_missing_metrics_give_degraded_and_no_action(cp: ControlPlane, case: str
             empty.close()
 
 
+class StoreWithLatency(CassandraMetrics):
+    """The JMX exporter's series of CassandraMetrics plus the coordinators' latency
+    percentile the default ``latencyMs`` query reads: per pod and scope,
+    ``org_apache_cassandra_metrics_clientrequest_95thpercentile`` in microseconds (Cassandra
+    5's timer unit), from the same target as the counters (as one JMX exporter serves both,
+    so the query's product matches them one to one)."""
+
+    p95_ms = 50.0
+
+    def _export(self, dt: float) -> None:
+        from prometheus_client import Gauge
+
+        if not hasattr(self, "p95"):
+            self.p95 = Gauge("org_apache_cassandra_metrics_clientrequest_95thpercentile",
+                             "us", ["name", "scope", "namespace", "pod"], registry=self.reg)
+        super()._export(dt)
+        with self._lock:
+            clusters = dict(self.clusters)
+        for (ns, sts), (_, ready) in clusters.items():
+            for k in range(max(1, ready)):
+                for scope in ("Read", "Write"):
+                    self.p95.labels("Latency", scope, ns, f"{sts}-{k}").set(self.p95_ms * 1000)
+
+
+def agent_standin(pods: dict[str, float]) -> tuple[Any, int]:
+    """The node agent's exporter, as far as the operator reads it: one
+    ``elastore_interference_index{node, namespace, pod}`` per store pod (``ns/pod`` ->
+    index). Returns (server, port)."""
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    reg = CollectorRegistry()
+    g = Gauge("elastore_interference_index", "A store pod's interference index in [0, 1]",
+              ["node", "namespace", "pod"], registry=reg)
+    for key, value in pods.items():
+        ns, pod = key.split("/")
+        g.labels("kwok-node-0", ns, pod).set(value)
+    port = free_port()
+    server, _ = start_http_server(port, addr="127.0.0.1", registry=reg)
+    return server, port
+
+
+def test_interference_auto_uses_the_agents_index_and_says_when_it_is_blind(
+        cp: ControlPlane, tmp_path: Path) -> None:
+    """Hubbub-scale on the real API server and a real Prometheus, three policies on the same
+    load (270 requests/s, read ratio 0.95, 90 per pod: the built-in lab model serves ~190
+    per pod within the 100 ms SLO): where the node agent's series exist (index 0.5) the
+    policy says source agent and plans more replicas than its blind twin, and learns from
+    the coordinators' p95 (served as the interference-free model's latency at twice the
+    load: g(0.5) = 2, as the index defines); where they do not, Auto plans interference-
+    blind and says so (status, Event, metric); enabled: true without them decides nothing."""
+    from elastore.models import ModelSet
+    from elastore.resources import builtin_model
+
+    on, off, strict = (namespace(cp, n) for n in ("hubbub-on", "hubbub-off",
+                                                  "hubbub-strict"))
+    store = StoreWithLatency(rps=270.0, clusters={(n, "cass"): (3, 3)
+                                                  for n in (on, off, strict)})
+    lab = ModelSet.load(builtin_model("lab")).capacity
+    store.p95_ms = float(lab.latency_ms(2 * 90.0, 0.95, 0.0, 0.0))
+    agent, agent_port = agent_standin({f"{on}/cass-{k}": 0.5 for k in range(3)})
+    prom = Prometheus(tmp_path / "prom", [store.target, f"127.0.0.1:{agent_port}"])
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    try:
+        for ns, extra in ((on, {}), (off, {}), (strict, {"interference": {"enabled": True}})):
+            cp.kubectl("apply", "-f", "-", stdin=policy(
+                "orders", ns, "cass", controlPeriod="10s", replicas={"min": 3, "max": 8},
+                prediction={"horizon": "10s", "step": "2s", "headroom": 0.2},
+                planner={"mode": "Window"}, metrics={"prometheus": {"url": prom.url}},
+                **extra))
+
+        def decided(ns: str) -> dict[str, Any] | None:
+            return status_when(cp, "orders", ns, lambda s: bool(
+                s.get("interference")) and (s.get("lastDecision") or {}).get("ok") is True)
+
+        aware = wait_until("the aware policy's decision", lambda: decided(on), 150)
+        blind = wait_until("the blind policy's decision", lambda: decided(off), 60)
+        inter = aware["interference"]
+        assert (inter["mode"], inter["source"], inter["index"]) == ("Auto", "agent", 0.5)
+        assert inter["factor"] == pytest.approx(2.0, rel=0.05)
+        assert inter["latencyMs"] == pytest.approx(store.p95_ms, rel=0.01)
+        assert inter["observation"] == "used" and inter["learned"]["observations"] >= 1
+        assert aware["observed"]["requestsPerSecond"] == pytest.approx(270, rel=0.1)
+        assert blind["observed"]["requestsPerSecond"] == pytest.approx(270, rel=0.1)
+        assert blind["desiredReplicas"] == 3 and aware["desiredReplicas"] >= 4
+        b = blind["interference"]
+        assert (b["mode"], b["source"], b.get("index")) == ("Auto", "none", None)
+        assert "planning interference-blind" in b["reason"] and "no series" in b["reason"]
+        assert cond(blind, "Degraded")["status"] == "False"
+        reasons = {ns: [e["reason"] for e in events(cp, ns, "orders")] for ns in (on, off)}
+        assert "InterferenceAware" in reasons[on] and "InterferenceBlind" in reasons[off]
+        st = wait_until("the strict policy degraded on the index", lambda: status_when(
+            cp, "orders", strict, lambda s: "enabled is true" in cond(s, "Degraded").get(
+                "message", "")), 60)
+        assert cond(st, "Degraded")["reason"] == "MetricsMissing"
+        assert st["lastDecision"]["ok"] is False
+        text = op.metrics()
+        assert f'elastore_interference_blind{{namespace="{off}",policy="orders"}} 1.0' in text
+        assert f'elastore_interference_blind{{namespace="{on}",policy="orders"}} 0.0' in text
+        assert f'elastore_interference_planned_index{{namespace="{on}",policy="orders"}} 0.5' \
+            in text
+        assert f'elastore_interference_planned_index{{namespace="{off}"' not in text
+        assert op.stop() == 0, op.tail()
+    finally:
+        op.stop()
+        for ns in (on, off, strict):
+            cp.kubectl("delete", "elasticpolicy", "orders", "-n", ns, "--wait=false",
+                       check=False)
+        prom.close()
+        agent.shutdown()
+        agent.server_close()
+        store.close()
+
+
 def test_two_replicas_exactly_one_acts_and_the_other_takes_over(
         cp: ControlPlane, prom: Prometheus, tmp_path: Path) -> None:
     """kopf peering with random priorities: every decision comes from one replica; when

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from elastore.errors import MetricsError
 from elastore.models import ModelSet
 from elastore.operator.metrics import Snapshot
 from elastore.operator.runner import Runner
+from elastore.operator.telemetry import OperatorMetrics
 from elastore.resources import builtin_model
 from elastore.sim.engine import Cluster
 from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics, merge_patch
@@ -466,3 +468,138 @@ def test_stuck_a_decommission_is_not_reissued_on_a_ring_that_cannot_take_it(
     assert op["phase"] == "Stuck" and "not re-issued" in op["message"]
     assert "10.0.0.1 is DN" in rig.cond("ScalingDown")["message"]
     assert [r for r, _, w in rig.policies.events if w].count("OperationStuck") == 1
+
+
+# -- Hubbub-scale: the interference index and the learned effect --------------------------------
+class Probe:
+    """The replay's metrics plus what the node agent and the store's exporter would add: the
+    interference index (``index``; None: the agent's series do not exist) and the p95
+    latency (``latency_ms``; None: not exported). The store behaves as an interference-free
+    server at ``load * g(index)`` (``g``), per the capacity model."""
+
+    def __init__(self, inner: TraceMetrics, ms: ModelSet, index: float | None,
+                 g: Callable[[float], float] = lambda i: 1.5 if i > 0 else 1.0,
+                 latency: bool = True) -> None:
+        self.inner, self.ms, self.index, self.g, self.latency = inner, ms, index, g, latency
+        self.asked: list[str] = []
+
+    def snapshot(self, at_s: float, steps: int, step_s: float) -> Snapshot:
+        # the streaming counters are exported (and flat: no node step runs)
+        return replace(self.inner.snapshot(at_s, steps, step_s), migration_mibps=0.0)
+
+    def scalar(self, name: str, at_s: float) -> float:
+        self.asked.append(name)
+        if name == "interference" and self.index is not None:
+            return self.index
+        if name == "latencyMs" and self.latency and self.index is not None:
+            per = self.inner.load_rps(at_s) / 3
+            return float(self.ms.capacity.latency_ms(per * self.g(self.index), 0.95, 0.0, 0.0))
+        raise MetricsError("MetricsMissing", f"{name}: Prometheus returned no series")
+
+
+def hubbub_rig(ms: ModelSet, index: float | None, load_rps: float = 800.0,
+               interference: dict[str, Any] | None = None, latency: bool = True,
+               telemetry: OperatorMetrics | None = None) -> tuple[Rig, Probe]:
+    rig = Rig(ms, lambda t: load_rps, mode="Recommend")
+    if interference is not None:
+        rig.policies.body["spec"]["interference"] = interference
+    probe = Probe(rig.metrics, ms, index, latency=latency)
+    rig.metrics = probe  # type: ignore[assignment]
+    rig.runner = rig.new_runner()
+    rig.runner.telemetry = telemetry
+    return rig, probe
+
+
+def sample(tm: OperatorMetrics, name: str) -> float | None:
+    return tm.registry.get_sample_value(name, {"namespace": NS, "policy": POLICY})
+
+
+def test_hubbub_with_the_agents_index_the_plan_wants_more_and_learns(ms: ModelSet) -> None:
+    """Auto, the agent's series present: status.interference says agent and the index, the
+    plan wants more servers than a blind twin at the same load, and every period's
+    (load, latency) teaches the learner: the store's real g(0.5) = 1.5 pulls the factor
+    down from the definition's 2, and the plan with it."""
+    tm = OperatorMetrics()
+    aware, probe = hubbub_rig(ms, 0.5, telemetry=tm)
+    blind, _ = hubbub_rig(ms, None)
+    aware.run(120)
+    blind.run(120)
+    st, bst = aware.policies.status, blind.policies.status
+    inter = st["interference"]
+    assert (inter["mode"], inter["source"], inter["index"]) == ("Auto", "agent", 0.5)
+    assert inter["observation"] == "used" and inter["latencyMs"] > 0
+    assert inter["prior"] == "definition" and 1.5 < inter["factor"] <= 2.0
+    # (a merge patch drops a null: "index" is absent while blind)
+    assert bst["interference"]["source"] == "none" and bst["interference"].get("index") is None
+    assert st["desiredReplicas"] > bst["desiredReplicas"] == 3
+    first = inter["factor"]
+    aware.run(60 * 40)
+    inter = aware.policies.status["interference"]
+    assert inter["learned"]["observations"] >= 40
+    assert inter["factor"] < first and inter["factor"] == pytest.approx(1.5, rel=0.05)
+    assert probe.asked.count("latencyMs") == probe.asked.count("interference") >= 40
+    assert sample(tm, "elastore_interference_blind") == 0
+    assert sample(tm, "elastore_interference_planned_index") == 0.5
+    assert sample(tm, "elastore_interference_factor") == pytest.approx(inter["factor"])
+    assert [r for r, _, _ in aware.policies.events].count("InterferenceAware") == 1
+
+
+def test_hubbub_auto_without_the_agent_runs_blind_and_says_so(ms: ModelSet) -> None:
+    tm = OperatorMetrics()
+    rig, probe = hubbub_rig(ms, None, telemetry=tm)
+    rig.run(180)
+    st = rig.policies.status
+    assert rig.cond("Degraded")["status"] == "False"  # a decision, interference-blind
+    inter = st["interference"]
+    assert (inter["mode"], inter["source"], inter.get("index"), inter["factor"]) == (
+        "Auto", "none", None, 1.0)
+    assert "blind" in inter["reason"] and "no series" in inter["reason"]
+    assert "latencyMs" not in probe.asked  # nothing to learn without the index
+    assert sample(tm, "elastore_interference_blind") == 1
+    assert sample(tm, "elastore_interference_planned_index") is None  # absent, not 0
+    blind = [(m, w) for r, m, w in rig.policies.events if r == "InterferenceBlind"]
+    assert len(blind) == 1 and not blind[0][1]  # said once; the agent is optional
+    # the agent's series appear, then vanish again: that loss is a Warning
+    probe.index = 0.3
+    rig.run(rig.t + 120)
+    assert rig.policies.status["interference"]["source"] == "agent"
+    probe.index = None
+    rig.run(rig.t + 120)
+    blind = [(m, w) for r, m, w in rig.policies.events if r == "InterferenceBlind"]
+    assert len(blind) == 2 and blind[1][1]
+
+
+def test_hubbub_enabled_true_without_the_index_decides_nothing(ms: ModelSet) -> None:
+    rig, _ = hubbub_rig(ms, None, interference={"enabled": True})
+    rig.run(180)
+    deg = rig.cond("Degraded")
+    assert (deg["status"], deg["reason"]) == ("True", "MetricsMissing")
+    assert "enabled is true" in deg["message"]
+    assert rig.policies.status["memory"].get("forecastRps") is None
+    assert "interference" not in rig.policies.status
+
+
+def test_hubbub_disabled_never_asks_and_a_missing_latency_is_skipped(ms: ModelSet) -> None:
+    off, probe = hubbub_rig(ms, 0.6, interference={"enabled": False})
+    off.run(120)
+    inter = off.policies.status["interference"]
+    assert (inter["mode"], inter["source"], inter.get("index")) == ("Disabled", "none", None)
+    assert probe.asked == []
+    quiet, probe = hubbub_rig(ms, 0.6, latency=False)
+    quiet.run(300)
+    inter = quiet.policies.status["interference"]
+    assert inter["source"] == "agent" and inter.get("latencyMs") is None
+    assert inter["observation"].startswith("skipped (missing)")
+    assert inter["learned"]["observations"] == 0 and inter["learned"]["skipped"]["missing"] >= 4
+    assert inter["factor"] == pytest.approx(1 / 0.4, rel=1e-3)  # the prior alone
+
+
+def test_hubbub_the_learned_effect_survives_an_operator_restart(ms: ModelSet) -> None:
+    rig, _ = hubbub_rig(ms, 0.5)
+    rig.run(60 * 10)
+    before = copy.deepcopy(rig.policies.status["interference"]["learned"])
+    rig.runner = rig.new_runner()  # a new replica: only the status carries over
+    rig.run(rig.t + 60)
+    after = rig.policies.status["interference"]["learned"]
+    assert after["observations"] == before["observations"] + 1
+    assert after["bins"][5][0] > before["bins"][5][0]  # the same bin, continued

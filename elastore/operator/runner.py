@@ -40,6 +40,7 @@ from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, DriftError, Sta
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import bandwidth, control, operation
+from elastore.operator import interference as hubbub
 from elastore.operator.metrics import MetricsSource, PrometheusSource, Snapshot
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runtime import DEFAULT_NODETOOLS
@@ -129,6 +130,11 @@ class Runner:
     #: the stream throttle this process decided last (MiB/s, as asked)
     _stream_mibps: float | None = field(default=None, init=False, repr=False)
     _warned: set[str] = field(default_factory=set, init=False, repr=False)
+    #: (capacity model, index source) -> the learner's prior; (models, effect) -> the
+    #: models the planner reads: rebuilt only when the model or the learned effect changed
+    _priors: dict[tuple[int, str], tuple[Any, Any]] = field(default_factory=dict, init=False,
+                                                           repr=False)
+    _planning: tuple[Any, Any, ModelSet] | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------
     def tick(self) -> float:
@@ -349,13 +355,14 @@ class Runner:
         t.period = True
         t0 = time.monotonic()
         try:
-            decision, snap = self._decide(spec, sts.spec_replicas, t.memory, t.now,
-                                          t.operation)
+            decision, snap, inter = self._decide(spec, sts.spec_replicas, t.memory, t.now,
+                                                 t.operation, t.status)
         except (MetricsError, ElastoreError) as exc:
             return self._no_decision(t, exc)
         t.memory = decision.memory
         t.evidence = True
         t.out.update(self._decision_status(decision, snap, t.gen))
+        self._interference_said(t, inter)
         t.out["observed"]["readyReplicas"] = sts.ready_replicas
         t.cond("Forecasting", True, "Forecast",
                f"{decision.method}: {decision.forecast_rps:,.0f} req/s at "
@@ -382,19 +389,82 @@ class Runner:
         return min(t.spec.control_period_s, RETRY_S), (reason, str(exc))
 
     def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float,
-                op: operation.OperationState | None = None
-                ) -> tuple[control.Decision, Snapshot]:
+                op: operation.OperationState | None = None,
+                status: dict[str, Any] | None = None
+                ) -> tuple[control.Decision, Snapshot, dict[str, Any]]:
+        """Observe, learn, plan. Returns the decision, the snapshot and
+        ``status.interference``."""
         source = self.source(spec, self.namespace)
         snap = source.snapshot(now, control.history_steps(spec.prediction_method,
                                                           control.path_steps(spec)),
                                spec.prediction_step_s)
-        interference = 0.0
-        if spec.interference:
-            interference = min(1.0, source.scalar("interference", now))
+        reading = hubbub.read(spec, lambda: source.scalar("interference", now))
+        models = self.models(spec)
+        learner = hubbub.learner_from_status(status)
         running = None if op is None else Operation(op.from_replicas, op.to_replicas,
                                                     op.started_s, max(op.expected_end_s, now))
-        return control.decide(spec, snap, replicas, self.models(spec), memory, running,
-                              interference=interference), snap
+        latency, observation, effect = None, "not learned: no interference index", None
+        if reading.index is not None:
+            start = self._prior(models, reading.source)
+            try:
+                latency = source.scalar("latencyMs", now)
+            except MetricsError as exc:  # skipped and counted by the learner, never 0
+                log.debug("%s/%s: no latency this period: %s", self.namespace, self.name, exc)
+            # the load is spread over the nodes that report it (fewer than the replicas:
+            # a partial scrape, whose missing load is not in the sum either)
+            serving = min(snap.nodes, replicas) if snap.nodes else replicas
+            observation = hubbub.learn(learner, models.capacity, snap, serving,
+                                       reading.index, latency, running is not None, start)
+            effect = learner.effect(start)
+            models = self._planning_models(models, effect)
+        decision = control.decide(spec, snap, replicas, models, memory, running,
+                                  interference=reading.index or 0.0)
+        return decision, snap, hubbub.to_status(spec, reading, learner, effect, latency,
+                                                observation, now)
+
+    def _prior(self, models: ModelSet, source: str) -> Any:
+        key = (id(models.capacity), source)
+        hit = self._priors.get(key)
+        if hit is None or hit[0] is not models.capacity:
+            if len(self._priors) > 8:
+                self._priors.clear()
+            hit = (models.capacity, hubbub.prior(models.capacity, source))
+            self._priors[key] = hit
+        return hit[1]
+
+    def _planning_models(self, models: ModelSet, effect: Any) -> ModelSet:
+        hit = self._planning
+        if hit is None or hit[0] is not models or hit[1] != effect:
+            hit = (models, effect, hubbub.planning_models(models, effect))
+            self._planning = hit
+        return hit[2]
+
+    def _interference_said(self, t: _Tick, inter: dict[str, Any]) -> None:
+        """``status.interference``; an Event when the index's source changes (a policy that
+        goes blind says so), and the metrics."""
+        t.out["interference"] = inter
+        prev = t.status.get("interference")
+        was: dict[str, Any] = prev if isinstance(prev, dict) else {}
+        source = inter["source"]
+        if was.get("source") != source or was.get("mode") != inter["mode"]:
+            if source == "none":  # a Warning when an index it had is lost
+                self.policies.event(t.body, "InterferenceBlind", inter["reason"],
+                                    warning=was.get("source") in ("agent", "query")
+                                    and inter["mode"] == "Auto")
+            else:
+                self.policies.event(t.body, "InterferenceAware",
+                                    f"planning with the interference index: {inter['reason']}")
+        tm = self.telemetry
+        if tm is None:
+            return
+        ns, name = self.namespace, self.name
+        tm.interference_blind.labels(ns, name).set(1 if source == "none" else 0)
+        tm.interference_factor.labels(ns, name).set(inter["factor"])
+        tm.interference_observations.labels(ns, name).set(inter["learned"]["observations"])
+        if inter["index"] is None:
+            tm.forget_interference_index(ns, name)  # absent, never 0
+        else:
+            tm.interference_index.labels(ns, name).set(inter["index"])
 
     def _decision_status(self, d: control.Decision, snap: Snapshot, gen: int
                          ) -> dict[str, Any]:

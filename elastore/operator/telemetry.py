@@ -36,6 +36,22 @@ class OperatorMetrics:
                                           buckets=(.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
         self.actions = Counter("elastore_actions", "Topology actions started", [*labels, "kind"],
                                registry=self.registry)
+        # Hubbub-scale (the node agent's own series is elastore_interference_index)
+        self.interference_index = Gauge(
+            "elastore_interference_planned_index", "The interference index the last plan "
+            "used, 0..1 (absent while the policy plans interference-blind)", labels,
+            registry=self.registry)
+        self.interference_blind = Gauge(
+            "elastore_interference_blind", "1 while the policy plans without an interference "
+            "index (Auto without the node agent's series, or disabled)", labels,
+            registry=self.registry)
+        self.interference_factor = Gauge(
+            "elastore_interference_factor", "g(index) the last plan used: the load an "
+            "interference-free server would carry per request/s (1 while blind)", labels,
+            registry=self.registry)
+        self.interference_observations = Gauge(
+            "elastore_interference_observations", "Observations the learned interference "
+            "effect rests on", labels, registry=self.registry)
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         from prometheus_client import start_http_server
@@ -44,6 +60,12 @@ class OperatorMetrics:
 
     def forget(self, namespace: str, policy: str) -> None:
         for g in (self.forecast, self.forecast_error, self.desired, self.current,
-                  self.migration, self.degraded):
+                  self.migration, self.degraded, self.interference_index,
+                  self.interference_blind, self.interference_factor,
+                  self.interference_observations):
             with contextlib.suppress(KeyError):
                 g.remove(namespace, policy)
+
+    def forget_interference_index(self, namespace: str, policy: str) -> None:
+        with contextlib.suppress(KeyError):
+            self.interference_index.remove(namespace, policy)
