@@ -131,3 +131,46 @@ def test_the_index_rises_under_each_co_runner_kind_and_falls_back() -> None:
         assert during > before + 0.15, f"{kind} did not raise the index ({msg})"
         assert after < during - 0.15, f"{kind}: the index did not fall back ({msg})"
     assert not GROUP.pids(), "a co-runner process outlived its block"
+
+
+def test_the_four_phases_vary_load_and_interference_as_the_reference_text_does() -> None:
+    from elastore.lab.hubbub import schedule
+
+    steps = schedule(phase_s=240, period_s=30, low_rps=200, high_rps=600, max_level=4)
+    assert len(steps) == 32 and [s.t_s for s in steps[:3]] == [0, 30, 60]
+    by = {p: [s for s in steps if s.phase == p] for p in (1, 2, 3, 4)}
+    p1, p2, p3, p4 = (by[p] for p in (1, 2, 3, 4))
+    assert all(s.level == 0 for s in p1)  # 1: load up and down, no interference
+    assert max(s.load_rps for s in p1) > 500 and min(s.load_rps for s in p1) < 300
+    assert [s.load_rps for s in p1] == [s.load_rps for s in reversed(p1)]
+    assert {s.load_rps for s in p2} == {400.0}  # 2: constant load, interference up and down
+    assert [s.level for s in p2] == [1, 2, 3, 4, 4, 3, 2, 1]
+    assert {s.level for s in p3} == {2} and len({s.load_rps for s in p3}) > 2  # 3
+    assert len({s.level for s in p4}) > 2 and len({s.load_rps for s in p4}) > 2  # 4: both
+
+
+def test_schedule_refuses_nonsense() -> None:
+    from elastore.lab.hubbub import schedule
+
+    with pytest.raises(ElastoreError):
+        schedule(60, 120, 100, 200, 4)
+    with pytest.raises(ElastoreError):
+        schedule(600, 30, 300, 200, 4)
+    with pytest.raises(ElastoreError):
+        schedule(600, 30, 100, 200, 0)
+
+
+def test_cpu_sizing_divides_the_target_by_the_slowdown_factor() -> None:
+    from elastore.lab.hubbub import cpu_replicas
+
+    # 0.6 cores of store CPU, 0.3 per node, target 0.7: 0.6 / 0.21 = 2.86 -> 3 nodes
+    assert cpu_replicas(0.6, 0.3, 0.7, 1.0, 2, 6) == 3
+    # the same CPU under a neighbour that slows the store 1.5x: 4.29 -> 5 nodes
+    assert cpu_replicas(0.6, 0.3, 0.7, 1.5, 2, 6) == 5
+    assert cpu_replicas(0.0, 0.3, 0.7, 1.0, 2, 6) == 2  # clamped to min
+    assert cpu_replicas(5.0, 0.3, 0.7, 1.0, 2, 6) == 6  # and to max
+    assert cpu_replicas(0.42, 0.3, 0.7, 1.0, 1, 6) == 2  # exactly 2: no float round-up
+    with pytest.raises(ElastoreError):
+        cpu_replicas(math.nan, 0.3, 0.7, 1.0, 2, 6)
+    with pytest.raises(ElastoreError):
+        cpu_replicas(0.5, 0.3, 0.7, 0.5, 2, 6)
