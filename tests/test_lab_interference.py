@@ -27,6 +27,9 @@ def test_plan_brackets_every_kind_with_baselines_at_each_load() -> None:
     assert first == [(BASELINE, 0), ("cpu", 1), ("cpu", 2), (BASELINE, 0), ("disk", 1),
                      ("disk", 2), (BASELINE, 0)]
     assert len(pts) == 14
+    sweep = plan([100, 200, 300], [], [])  # no kinds: a load sweep, the index measured
+    assert [(p.cluster_rps, p.kind) for p in sweep] == [(100, BASELINE), (200, BASELINE),
+                                                        (300, BASELINE)]
 
 
 @pytest.mark.parametrize("args, msg", [

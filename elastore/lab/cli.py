@@ -271,7 +271,8 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
 @click.option("--loads", default="300,600", show_default=True,
               help="Cluster load levels, requests/s.")
 @click.option("--kinds", default="cpu,stream,cache,matrix,disk", show_default=True,
-              help="Co-runner kinds (stress-ng stressors).")
+              help="Co-runner kinds (stress-ng stressors); empty: only the store alone at "
+                   "each load (a load sweep with the index measured).")
 @click.option("--levels", default="1,2,3,4", show_default=True,
               help="Co-runner levels: stress-ng workers, pinned to the store's CPUs.")
 @click.option("--point-seconds", type=click.FloatRange(min=1), default=30.0,

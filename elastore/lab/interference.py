@@ -61,13 +61,14 @@ class IPoint:
 
 def plan(loads: Sequence[float], kinds: Sequence[str], levels: Sequence[int]) -> list[IPoint]:
     """Per load: a baseline, then each kind's levels in rising order followed by a
-    baseline (so drift shows, and each kind is judged against the store alone nearby)."""
+    baseline (so drift shows, and each kind is judged against the store alone nearby).
+    No kinds: one baseline per load (a load sweep with the index measured)."""
     if not loads or any(not (v > 0 and math.isfinite(v)) for v in loads):
         raise ElastoreError(f"loads must be > 0 requests/s: {list(loads)}")
     bad = [k for k in kinds if k not in KINDS]
-    if not kinds or bad:
+    if bad:
         raise ElastoreError(f"unknown co-runner kinds {bad}: one of {', '.join(KINDS)}")
-    if not levels or any(not 1 <= lv <= MAX_LEVEL for lv in levels):
+    if kinds and (not levels or any(not 1 <= lv <= MAX_LEVEL for lv in levels)):
         raise ElastoreError(f"levels must be 1..{MAX_LEVEL} workers: {list(levels)}")
     out: list[IPoint] = []
     for load in loads:
