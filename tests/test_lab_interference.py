@@ -93,14 +93,14 @@ def test_the_index_rises_under_each_co_runner_kind_and_falls_back() -> None:
 
     from elastore.agent.interference import combine, group_components, read_group
     from elastore.lab import cgroups
-    from elastore.lab.corunners import GROUP, KINDS, CoRunner
+    from elastore.lab.corunners import KINDS, CoRunner
 
     if shutil.which("stress-ng") is None:
         pytest.fail("stress-ng is not installed ('make lab-deps' installs it from Debian)")
     if cgroups.v2_root() is None:
         pytest.fail("no cgroup v2 hierarchy: the probe and the co-runners need it")
     cpu = max(os.sched_getaffinity(0))
-    store = cgroups.Group(f"{cgroups.LAB_GROUP}/test-store-{os.getpid()}").create()
+    store = cgroups.Group(f"{cgroups.LAB_GROUP}-test/store-{os.getpid()}").create()
     v2 = store.v2()
     assert v2 is not None
     proc = subprocess.Popen([sys.executable, "-c", STANDIN.format(secs=300)],
@@ -120,7 +120,7 @@ def test_the_index_rises_under_each_co_runner_kind_and_falls_back() -> None:
         time.sleep(1)
         for kind in KINDS:
             before = index_over(3)
-            with CoRunner(kind, 2, [cpu]):
+            with CoRunner(kind, 2, [cpu]) as runner:
                 time.sleep(1)
                 during = index_over(4)
             after = index_over(3)
@@ -129,11 +129,13 @@ def test_the_index_rises_under_each_co_runner_kind_and_falls_back() -> None:
         proc.kill()
         proc.wait()
         store.remove()
+        cgroups.remove_tree(f"{cgroups.LAB_GROUP}-test")
     msg = ", ".join(f"{k}: {b:.2f} -> {d:.2f} -> {a:.2f}" for k, (b, d, a) in seen.items())
     for kind, (before, during, after) in seen.items():
         assert during > before + 0.15, f"{kind} did not raise the index ({msg})"
         assert after < during - 0.15, f"{kind}: the index did not fall back ({msg})"
-    assert not GROUP.pids(), "a co-runner process outlived its block"
+    assert not runner.group.pids(), "a co-runner process outlived its block"
+    assert runner.group.v2() is not None and not runner.group.v2().exists()
 
 
 def test_the_four_phases_vary_load_and_interference_as_the_reference_text_does() -> None:

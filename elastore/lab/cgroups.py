@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,8 @@ class Group:
 
     def _check(self) -> None:
         parts = Path(self.rel).parts
-        if not parts or parts[0] not in (LAB_GROUP, "kubepods") or ".." in parts:
+        if not parts or not (parts[0].startswith(LAB_GROUP) or parts[0] == "kubepods") \
+                or ".." in parts:
             raise ElastoreError(f"not a lab cgroup: {self.rel!r}")
 
     def v2(self) -> Path | None:
@@ -171,8 +173,17 @@ def _enable_cpu_controller(group: Path) -> None:
             ctl.write_text("+cpu\n")
 
 
-def node_group(n: int) -> Group:
-    return Group(f"{LAB_GROUP}/n{n}")
+def lab_root(namespace: str) -> str:
+    """A lab's own top-level group, named after its network namespace (unique while it
+    runs): ``elastore-lab`` for the default lab, ``elastore-lab-<ns>`` for another (a test
+    run's). Top-level, so its CPU weight competes with a co-runner's threads directly."""
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", namespace):
+        raise ElastoreError(f"not a namespace name: {namespace!r}")
+    return namespace if namespace.startswith(LAB_GROUP) else f"{LAB_GROUP}-{namespace}"
+
+
+def node_group(namespace: str, n: int) -> Group:
+    return Group(f"{lab_root(namespace)}/n{n}")
 
 
 def pod_group(uid: str) -> Group:
@@ -183,7 +194,7 @@ def pod_group(uid: str) -> Group:
     return Group(f"kubepods/pod{uid}")
 
 
-def remove_tree(rel: str = LAB_GROUP) -> None:
+def remove_tree(rel: str) -> None:
     """Remove the lab's empty groups below ``rel`` (deepest first), then ``rel`` itself."""
     for root in (v2_root(), v1_cpu_root()):
         if root is None or not (root / rel).is_dir():

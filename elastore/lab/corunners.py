@@ -3,7 +3,7 @@ Hubbub-scale (section 5.4: memory-bandwidth and cache thrashers, CPU-bound bench
 Debian's ``stress-ng``, pinned to the CPUs the store runs on.
 
 A co-runner is a ``kind`` and a ``level`` (1..``MAX_LEVEL``): ``level`` stress-ng workers of
-that kind. The workers live in a cgroup v2 group of their own (``elastore-lab/corunners``),
+that kind. The workers live in a cgroup v2 group of their own (``elastore-lab-corunners/p<pid>``),
 so they can be stopped completely (``cgroup.kill``: the group only ever holds what we started)
 and so that nothing of theirs is mistaken for the store's. They are *not* put in the lab's
 CPU-controller group: there they would share the store's CPU weight (every level would get
@@ -21,6 +21,7 @@ kinds (stress-ng stressors):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -44,7 +45,11 @@ KINDS: dict[str, list[str]] = {
     "matrix": ["--matrix", "{n}", "--matrix-size", "512"],
     "disk": ["--hdd", "{n}", "--hdd-bytes", "256M", "--hdd-opts", "wr-seq,fsync"],
 }
-GROUP = Group(f"{LAB_GROUP}/corunners")
+
+
+def _group() -> Group:
+    """This process's co-runners' group (v2 only): concurrent sweeps keep apart."""
+    return Group(f"{LAB_GROUP}-corunners/p{os.getpid()}")
 
 
 def stress_ng() -> str:
@@ -93,20 +98,22 @@ class CoRunner:
 
     def __post_init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
+        self.group = _group()
         self.scratch: Path | None = None
         command(self.kind, self.level, self.cpus or [0], Path("."), 1)  # validates
 
     def start(self) -> CoRunner:
-        GROUP.create(cpu_group=False)
-        if GROUP.pids():
-            raise ElastoreError(f"co-runners are already running in {GROUP.rel} "
-                                f"(pids {GROUP.pids()}): stop them first")
+        group = self.group = _group()
+        group.create(cpu_group=False)
+        if group.pids():
+            raise ElastoreError(f"co-runners are already running in {group.rel} "
+                                f"(pids {group.pids()}): stop them first")
         self.scratch = Path(tempfile.mkdtemp(prefix="elastore-corunner-"))
         argv = command(self.kind, self.level, self.cpus, self.scratch, self.timeout_s)
         # joins the group before exec, so every worker it forks is born in it
         self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      start_new_session=True,
-                                     preexec_fn=lambda: GROUP.add(os.getpid(), cpu=False))
+                                     preexec_fn=lambda: group.add(os.getpid(), cpu=False))
         time.sleep(0.5)
         if self.proc.poll() is not None:
             err = (self.proc.stderr.read() if self.proc.stderr else b"").decode()[-400:]
@@ -126,8 +133,13 @@ class CoRunner:
                 self.proc.wait()
         if self.proc is not None and self.proc.stderr:
             self.proc.stderr.close()
-        GROUP.kill_all()  # any worker its parent did not reap (only ours are in the group)
-        GROUP.remove()
+        group = self.group
+        group.kill_all()  # any worker its parent did not reap (only ours are in the group)
+        if group.remove():
+            parent = group.v2()
+            if parent is not None:
+                with contextlib.suppress(OSError):  # still holding another sweep's group
+                    parent.parent.rmdir()
         if self.scratch is not None:
             shutil.rmtree(self.scratch, ignore_errors=True)
         self.proc, self.scratch = None, None

@@ -131,7 +131,7 @@ def _reweigh(state: LabState) -> None:
     threads however many nodes it holds (adding a node would add no CPU under contention,
     unlike adding a server)."""
     if any(n.cgroup for n in state.nodes):
-        cgroups.Group(cgroups.LAB_GROUP).set_weight(len(state.nodes))
+        cgroups.Group(cgroups.lab_root(state.netns)).set_weight(len(state.nodes))
 
 
 def _ours(pid: int, root: str, program: str = "CassandraDaemon") -> bool:
@@ -264,7 +264,7 @@ def down(d: Path | None = None) -> list[str]:
     if netns.exists(ns):
         netns.delete(ns)
         done.append(f"removed namespace {ns}")
-    cgroups.remove_tree()  # whatever empty groups of ours are left
+    cgroups.remove_tree(cgroups.lab_root(ns))  # whatever empty groups of ours are left
     shutil.rmtree(d / "nodes", ignore_errors=True)
     shutil.rmtree(d / "prometheus", ignore_errors=True)
     (d / "lab.json").unlink(missing_ok=True)
@@ -343,7 +343,7 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
     t0 = time.monotonic()
     group = None
     if cgroups.v2_root() is not None:
-        group = cgroups.node_group(n)
+        group = cgroups.node_group(state.netns, n)
         group.remove(wait_s=0)  # a stale one of a node that was stopped
         group.create(state.cpu_per_node or None)
     log.info("starting node %d on %s ...", n, spec.ip)

@@ -148,7 +148,7 @@ class Scaler:
 
 # --- one controller's run -------------------------------------------------------------------
 def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: Path) -> None:
-    from elastore.lab import cgroups, lab, netns
+    from elastore.lab import lab, netns
     from elastore.lab.corunners import CoRunner
     from elastore.lab.hubbub import cpu_replicas
     from elastore.lab.interference import NodeProbe
@@ -284,7 +284,6 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
                 w.writerows(rows)
         (out / f"{name}-events.json").write_text(json.dumps(scaler.events, indent=1))
         lab.down(d)
-        cgroups.remove_tree()
 
 
 # --- results --------------------------------------------------------------------------------
