@@ -304,6 +304,82 @@ def summarise(name: str, out: Path, period_s: float, slo_ms: float) -> dict[str,
     return {"controller": name, "phases": per_phase}
 
 
+def ratios(results: list[dict[str, Any]], variant: str) -> tuple[float, float]:
+    """(violated windows blind / Hubbub-scale over phases 2-4, Hubbub-scale server-hours /
+    blind over the whole run) for ``variant`` ``workload`` or ``cpu``; NaN when missing.
+    With no violation under Hubbub-scale the ratio is blind / 1 (stated as a floor)."""
+    by = {r["controller"]: r["phases"] for r in results}
+    blind, hub = by.get(f"blind-{variant}"), by.get(f"hubbub-{variant}")
+    if blind is None or hub is None:
+        return math.nan, math.nan
+
+    def viol(ph: dict[Any, Any]) -> float:
+        return float(sum(v["violations"] for k, v in ph.items() if int(k) >= 2))
+
+    def hours(ph: dict[Any, Any]) -> float:
+        return float(sum(v["server_hours"] for v in ph.values()))
+
+    return viol(blind) / max(1.0, viol(hub)), hours(hub) / hours(blind)
+
+
+def plot(names: list[str], out: Path, slo_ms: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True)
+    colours = {"blind-workload": "tab:red", "hubbub-workload": "tab:blue",
+               "blind-cpu": "tab:orange", "hubbub-cpu": "tab:cyan"}
+    for name in names:
+        per = list(csv.DictReader((out / f"{name}-periods.csv").open()))
+        t = [float(r["t_s"]) / 60 for r in per]
+        c = colours.get(name, "black")
+        if name == names[0]:
+            axes[0].step(t, [float(r["load_rps"]) for r in per], where="post", color="black",
+                         label="scheduled load")
+        axes[1].plot(t, [float(r["index"]) for r in per], color=c, label=name)
+        axes[2].step(t, [int(r["nodes"]) for r in per], where="post", color=c, label=name)
+        win = list(csv.DictReader((out / f"{name}.csv").open()))
+        axes[3].plot([float(w["window"]) * WINDOW_S / 60 for w in win],
+                     [float(w["p95_ms"]) if w["p95_ms"] not in ("", "nan") else math.nan
+                      for w in win], color=c, lw=0.8, label=name)
+    axes[3].axhline(slo_ms, color="black", ls="--", lw=1, label=f"SLO {slo_ms:g} ms")
+    axes[3].set_yscale("log")
+    for ax, lab in zip(axes, ("load, req/s", "measured index", "servers", "p95, ms"),
+                       strict=True):
+        ax.set_ylabel(lab)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=4)
+    axes[3].set_xlabel("minutes (phases of equal length: 1 load, 2 interference, 3 load "
+                       "under interference, 4 both)")
+    fig.tight_layout()
+    fig.savefig(out / "hubbub.png", dpi=110)
+
+
+def write_results(results: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    prof = args.profile_summary
+    rho = math.nan
+    if prof is not None and prof.exists():
+        rho = float(json.loads(prof.read_text())["index_slowdown_spearman"])
+    lines = ["# Hubbub-scale: the four-phase experiment on the real lab", "",
+             "Written by `experiments/hubbub/run.py` (the command and settings below).", "",
+             f"index_slowdown_spearman: {rho:.3f}"]
+    for variant in ("workload", "cpu"):
+        v, h = ratios(results, variant)
+        tag = "" if variant == "workload" else "_cpu"
+        lines += [f"hubbub_violation_ratio{tag}: {v:.2f}", f"hubbub_vm_ratio{tag}: {h:.2f}"]
+    lines += ["", "| controller | phase | windows | over the SLO | server-hours |",
+              "|---|---|---|---|---|"]
+    for r in results:
+        for ph, v in sorted(r["phases"].items(), key=lambda kv: int(kv[0])):
+            lines.append(f"| {r['controller']} | {ph} | {v['windows']} | {v['violations']} | "
+                         f"{v['server_hours']:.3f} |")
+    lines += ["", "Settings: " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in
+                                          sorted(vars(args).items()) if k != "cmd"), ""]
+    (args.out / "RESULTS.md").write_text("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -330,6 +406,9 @@ def main() -> None:
     ap.add_argument("--headroom", type=float, default=0.1)
     ap.add_argument("--slo-ms", type=float, default=50.0)
     ap.add_argument("--out", type=Path, default=HERE)
+    ap.add_argument("--profile-summary", type=Path,
+                    default=ROOT / "experiments/profiles/lab-interference.json",
+                    help="the interference profile's summary (its rank correlation)")
     args = ap.parse_args()
     if args.cmd == "load":
         load(args)
@@ -356,7 +435,9 @@ def main() -> None:
         run_controller(name, args, steps, args.out)
         results.append(summarise(name, args.out, args.period, args.slo_ms))
         (args.out / "summary.json").write_text(json.dumps(results, indent=1))
-    log(json.dumps(results, indent=1))
+    write_results(results, args)
+    plot(names, args.out, args.slo_ms)
+    log((args.out / "RESULTS.md").read_text())
 
 
 if __name__ == "__main__":
