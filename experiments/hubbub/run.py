@@ -87,10 +87,11 @@ def workload_of(steps: list[Any], period_s: float) -> Any:
 
 
 # --- measurements ---------------------------------------------------------------------------
-def observed_load(state: Any) -> float | None:
+def prom_scalar(state: Any, query: str) -> float | None:
+    """One value from the lab's Prometheus (None: no answer or no series, never 0)."""
     from elastore.lab import lab
 
-    body = lab.prometheus_get(state, "/api/v1/query?query=" + urllib.parse.quote(LOAD_QUERY))
+    body = lab.prometheus_get(state, "/api/v1/query?query=" + urllib.parse.quote(query))
     if body is None:
         return None
     res = json.loads(body).get("data", {}).get("result", [])
@@ -155,7 +156,7 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
     from elastore.models.bundle import ModelSet
     from elastore.operator import control
     from elastore.operator.metrics import Snapshot
-    from elastore.operator.spec import parse
+    from elastore.operator.spec import DEFAULT_QUERIES, parse
     from elastore.planner.loop import Memory, target_at
 
     d = Path(f"/tmp/elastore-hubbub-{name}")
@@ -226,7 +227,8 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
                 if cpu is not None and prev[2] is not None:
                     cpu_cores = (cpu - prev[2]) / (snap[0] - prev[1][0])
             prev = (groups, snap, cpu)
-            seen = observed_load(state)
+            seen = prom_scalar(state, LOAD_QUERY)
+            data = prom_scalar(state, DEFAULT_QUERIES["dataBytes"].format(selector="", by=""))
             history.append(seen if seen is not None else math.nan)
             replicas = len(state.nodes)
             aware = name.startswith("hubbub")
@@ -234,12 +236,12 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
             desired = replicas
             why = ""
             if name.endswith("workload"):
-                if seen is None:
-                    why = "no load observed: hold"
+                if seen is None or data is None:
+                    why = "no load or data size observed: hold (never read as 0)"
                 else:
                     import numpy as np
                     now = time.time()
-                    s = Snapshot(now, seen, READ_RATIO, 0.0, None,
+                    s = Snapshot(now, seen, READ_RATIO, data, None,
                                  np.asarray(history, dtype=float), args.period)
                     dec = control.decide(spec, s, replicas, models, memory,
                                          interference=min(1.0, idx))
