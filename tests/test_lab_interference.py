@@ -73,6 +73,14 @@ def test_summary_measures_slowdown_against_the_same_loads_baselines() -> None:
     # index order 0.5, 0.6, 0.7 against slowdown order 1.67, 1.5, 3.33: one swap in three
     assert s["index_slowdown_spearman"] == pytest.approx(0.5)
     assert s["kinds"]["cpu"]["levels"] == [1, 2, 1]
+    assert math.isnan(s["index_slowdown_spearman_p50"])  # no medians recorded: unknown
+    for r, p50 in zip(rows, (5, 6, 6, 9, 5, 10, 12, 10), strict=True):
+        r["point_p50_ms"] = str(p50)
+    s = summarize(rows)
+    slow50 = {p["point"]: p["slowdown_p50"] for p in s["points"]}
+    assert slow50[2] == pytest.approx(9 / 5) and slow50[5] == pytest.approx(12 / 10)
+    # index 0.5, 0.6, 0.7 against 1.2, 1.2, 1.8 (a tie): 0.866
+    assert s["index_slowdown_spearman_p50"] == pytest.approx(0.8660254)
 
 
 STANDIN = """

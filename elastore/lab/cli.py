@@ -300,7 +300,8 @@ def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
     summary = run_interference_profile(points, out, point_s=point_seconds, resume=resume,
                                        echo=lambda m: click.echo(m, err=True))
     click.echo(f"index_slowdown_spearman: {summary['index_slowdown_spearman']:.3f} "
-               f"(with baselines {summary['index_slowdown_spearman_with_baselines']:.3f})")
+               f"(with baselines {summary['index_slowdown_spearman_with_baselines']:.3f}; "
+               f"on the median latency {summary['index_slowdown_spearman_p50']:.3f})")
     for kind, d in summary["kinds"].items():
         click.echo(f"  {kind}: levels {d['levels']} index {d['index']} slowdown {d['slowdown']}")
     click.echo(f"samples: {out}; summary: {out.with_suffix('.json')}")

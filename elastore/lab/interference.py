@@ -11,7 +11,9 @@ the nodes' pod-scope indices over the point.
 
 The *slowdown* of a point is its p95 (median over its windows, the first dropped as
 warm-up) over the baseline p95 at the same load (the median of that load's baseline
-points): the latency the same load gets with the neighbour, relative to without.
+points): the latency the same load gets with the neighbour, relative to without. The same
+for the median latency (p50) is reported beside it: the index is a *mean* loss of time,
+while a p95 also depends on how long each stall lasts.
 ``index_slowdown_spearman`` is the rank correlation of index and slowdown over the non-
 baseline points (and over all points, baselines at slowdown 1).
 
@@ -48,7 +50,7 @@ BASELINE = "none"
 COLUMNS = ["read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms",
            "point", "window", "nodes", "cluster_rps", "read_ratio", "achieved_rps", "errors",
            "kind", "level", "cpu_full", "cpu_some", "throttled", "io_full", "memory_full",
-           "steal", "terms", "point_p95_ms"]
+           "steal", "terms", "point_p95_ms", "p50_ms", "point_p50_ms"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class PointResult:
     index: float
     p95_ms: float
     slowdown: float
+    slowdown_p50: float = math.nan
 
 
 def summarize(rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -118,15 +121,22 @@ def summarize(rows: list[dict[str, str]]) -> dict[str, Any]:
     pts = []
     for k, rs in sorted(by_point.items()):
         r0 = rs[0]
+        p50 = r0.get("point_p50_ms") or "nan"
         pts.append((k, float(r0["cluster_rps"]), r0["kind"], int(r0["level"]),
                     float(r0["interference"]) if r0["interference"] else math.nan,
-                    float(r0["point_p95_ms"])))
+                    float(r0["point_p95_ms"]), float(p50)))
     base: dict[float, float] = {}
+    base50: dict[float, float] = {}
     for load in {p[1] for p in pts}:
         base[load] = _median([p[5] for p in pts if p[1] == load and p[2] == BASELINE])
-    res = [PointResult(k, load, kind, lv, idx, p95, p95 / base[load]
-                       if base[load] > 0 else math.nan)
-           for k, load, kind, lv, idx, p95 in pts]
+        base50[load] = _median([p[6] for p in pts if p[1] == load and p[2] == BASELINE])
+
+    def ratio(a: float, b: float) -> float:
+        return a / b if b > 0 else math.nan
+
+    res = [PointResult(k, load, kind, lv, idx, p95, ratio(p95, base[load]),
+                       ratio(p50, base50[load]))
+           for k, load, kind, lv, idx, p95, p50 in pts]
     loaded = [p for p in res if p.kind != BASELINE]
     kinds: dict[str, dict[str, Any]] = {}
     for p in loaded:
@@ -142,6 +152,9 @@ def summarize(rows: list[dict[str, str]]) -> dict[str, Any]:
                                             [p.slowdown for p in loaded]),
         "index_slowdown_spearman_with_baselines": spearman([p.index for p in res],
                                                            [p.slowdown for p in res]),
+        # the index is a mean slowdown (time lost): the median latency's is the direct check
+        "index_slowdown_spearman_p50": spearman([p.index for p in loaded],
+                                                [p.slowdown_p50 for p in loaded]),
         "kinds": kinds,
     }
 
@@ -266,6 +279,8 @@ def run_interference_profile(points: list[IPoint], out: Path, *, point_s: float 
                 windows = [w for w in windows if w["p95_ms"] not in ("", "nan")
                            and float(w["achieved_rps"]) > 0]
                 p95 = _median([float(w["p95_ms"]) for w in windows])
+                p50 = _median([float(w["p50_ms"]) for w in windows if w.get("p50_ms")
+                               not in (None, "", "nan")])
                 wr.write([{
                     "read_rps": round(float(w["achieved_rps"]) * read_ratio / nodes, 3),
                     "write_rps": round(float(w["achieved_rps"]) * (1 - read_ratio) / nodes, 3),
@@ -279,6 +294,7 @@ def run_interference_profile(points: list[IPoint], out: Path, *, point_s: float 
                        ("cpu_full", "cpu_some", "throttled", "io_full", "memory_full",
                         "steal")},
                     "terms": "+".join(terms), "point_p95_ms": round(p95, 2),
+                    "p50_ms": w.get("p50_ms", ""), "point_p50_ms": round(p50, 2),
                 } for w in windows])
                 echo(f"[{k + 1}/{len(todo)}] {p.cluster_rps:g} req/s, {p.kind}"
                      f"{'' if p.kind == BASELINE else f' x{p.level}'}: index {index:.3f} "
