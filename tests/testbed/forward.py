@@ -138,3 +138,93 @@ if __name__ == "__main__":
     if len(sys.argv) != 3 or sys.argv[1] != "connect":
         raise SystemExit("usage: python forward.py connect HOST:PORT")
     connect(sys.argv[2])
+
+
+def _listen_in(namespace: str, port: int) -> socket.socket:
+    """A listening socket on 127.0.0.1:``port`` *inside* ``namespace``: this thread enters
+    the namespace (``setns`` acts on the calling thread only), creates the socket (a socket
+    keeps the namespace it was made in) and returns to its own."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    clone_newnet = 0x40000000
+    own = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
+    target = os.open(f"/run/netns/{namespace}", os.O_RDONLY)
+    try:
+        if libc.setns(target, clone_newnet) != 0:
+            raise OSError(ctypes.get_errno(), f"setns into {namespace}")
+        try:
+            s = socket.socket()
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen(16)
+        finally:
+            if libc.setns(own, clone_newnet) != 0:  # never leave this thread elsewhere
+                raise OSError(ctypes.get_errno(), "setns back")
+    finally:
+        os.close(own)
+        os.close(target)
+    return s
+
+
+class ReverseForwarder:
+    """The other way: listens on 127.0.0.1:``listen_port`` inside ``namespace`` and relays
+    every connection to ``target`` (a loopback address of *this* namespace), e.g. so the
+    lab's Prometheus can scrape the node agent under test. Loopback only, both sides."""
+
+    def __init__(self, namespace: str, listen_port: int, target: str) -> None:
+        host, _, port = target.rpartition(":")
+        _check_loopback(host)
+        self.target = (host, int(port))
+        result: list[socket.socket | BaseException] = []
+
+        def make() -> None:  # in a thread of its own: setns must not touch the caller's
+            try:
+                result.append(_listen_in(namespace, listen_port))
+            except BaseException as exc:
+                result.append(exc)
+
+        t = threading.Thread(target=make)
+        t.start()
+        t.join()
+        if isinstance(result[0], BaseException):
+            raise result[0]
+        self.sock = result[0]
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            out = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            conn.close()
+            return
+        out.settimeout(None)
+
+        def pump(a: socket.socket, b: socket.socket) -> None:
+            try:
+                while data := a.recv(65536):
+                    b.sendall(data)
+            except OSError:
+                pass
+            with contextlib.suppress(OSError):
+                b.shutdown(socket.SHUT_WR)
+
+        t = threading.Thread(target=pump, args=(conn, out), daemon=True)
+        t.start()
+        pump(out, conn)
+        t.join(timeout=5)
+        conn.close()
+        out.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
