@@ -103,6 +103,104 @@ def test_agent_shapes_the_policys_pods_in_both_directions_and_nothing_else(bed: 
     assert 'elastore_agent_class_bytes_total{class="storage",direction="to_pod"' in text
 
 
+#: a busy store process: 16 ms of work, 4 ms idle (0.8 of a CPU), for ``secs``
+STANDIN = """
+import time
+end = time.monotonic() + {secs}
+x = 0
+while time.monotonic() < end:
+    t = time.monotonic()
+    while time.monotonic() - t < 0.016:
+        x += 1
+    time.sleep(0.004)
+"""
+
+
+def _series(text: str, name: str, pod: str) -> list[tuple[str, float]]:
+    """(labels, value) of each sample of ``name`` for ``pod`` in an exposition."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(name + "{") and f'pod="{pod}"' in line:
+            labels, value = line.rsplit(" ", 1)
+            out.append((labels, float(value)))
+    return out
+
+
+def test_agent_measures_a_store_pods_interference_in_its_own_cgroup(bed: Bed) -> None:
+    """Hubbub-scale's probe in the real agent, on the API server's pods: cass-1 runs in the
+    kubelet's cgroupfs layout (kubepods/pod<its UID>), so its index is its own (cgroup
+    PSI); it rises beside a real stress-ng co-runner on its CPU and falls back. cass-0 has
+    no cgroup on this node: its index is the node's and says so (NoCgroup), never a
+    missing value read as 0; web-0 (no policy) is not measured at all."""
+    import shutil
+    import sys
+
+    from elastore.lab import cgroups
+    from elastore.lab.corunners import CoRunner
+
+    if shutil.which("stress-ng") is None:
+        pytest.fail("stress-ng is not installed ('make lab-deps' installs it from Debian)")
+    if cgroups.v2_root() is None:
+        pytest.fail("no cgroup v2 hierarchy: the probe reads the pod's PSI there")
+    agent = bed.agent
+    assert agent is not None
+    uid = bed.cp.kubectl("get", "pod", "cass-1", "-n", NS, "-o",
+                         "jsonpath={.metadata.uid}").stdout.strip()
+    group = cgroups.pod_group(uid).create()
+    cpu = max(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-c", STANDIN.format(secs=120)],
+                            preexec_fn=lambda: (group.add(os.getpid(), cpu=False),
+                                                os.sched_setaffinity(0, {cpu})))
+
+    seen: list[Any] = []
+
+    def own_index() -> tuple[float] | None:
+        text = agent.metrics()
+        scope = _series(text, "elastore_interference_pod_cgroup", "cass-1")
+        idx = _series(text, "elastore_interference_index", "cass-1")
+        seen[:] = [scope, idx]
+        return (idx[0][1],) if scope and scope[0][1] == 1.0 and idx else None
+
+    def settled(secs: float = 5.0) -> float:
+        """The pod's index once a whole window (3 s) is of the current state."""
+        time.sleep(secs)
+        try:
+            return wait_until("cass-1's own index", own_index, 15, every_s=0.5)[0]
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: cass-1's series {seen}; agent log "
+                                 f"{agent.tail()[-1500:]}") from exc
+
+    try:
+        # the agent looked for cass-1's cgroup when it started and did not find it: a UID
+        # not found is looked for again at most every 30 s (RESCAN_S), as a kubelet may
+        # create a pod's cgroup after the API shows the pod
+        t0 = time.monotonic()
+        wait_until("the agent to find cass-1's new cgroup", own_index, 45, every_s=0.5)
+        print(f"cass-1's cgroup found {time.monotonic() - t0:.0f} s after it was created")
+        before = settled()
+        with CoRunner("cpu", 2, [cpu]):
+            during = settled()
+        after = settled()
+        text = agent.metrics()
+    finally:
+        proc.kill()
+        proc.wait()
+        group.remove()
+    print(f"cass-1 (own cgroup) index: {before:.2f} alone, {during:.2f} beside a co-runner, "
+          f"{after:.2f} after")
+    assert during > before + 0.15 and after < during - 0.15, (before, during, after)
+    # cass-0 has no cgroup here: the node's index, labelled as such
+    scope0 = _series(text, "elastore_interference_pod_cgroup", "cass-0")
+    assert len(scope0) == 1 and scope0[0][1] == 0.0 and 'reason="NoCgroup"' in scope0[0][0], \
+        scope0
+    node = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
+            if x.startswith("elastore_interference_node_index{")]
+    idx0 = _series(text, "elastore_interference_index", "cass-0")
+    assert node and idx0 and idx0[0][1] == node[0], (idx0, node)
+    assert not _series(text, "elastore_interference_index", "web-0")
+    assert not _series(text, "elastore_interference_pod_cgroup", "web-0")
+
+
 def test_agent_a_change_of_split_is_in_force_within_two_periods(bed: Bed) -> None:
     bed.set_split(["cass-0", "cass-1", "cass-2"], client=50, storage=49)
     took = until("the new split", lambda: bed.shaped() == {p: (50.0, 49.0) for p in

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,54 @@ def test_cpu_sizing_divides_the_target_by_the_slowdown_factor() -> None:
         cpu_replicas(math.nan, 0.3, 0.7, 1.0, 2, 6)
     with pytest.raises(ElastoreError):
         cpu_replicas(0.5, 0.3, 0.7, 0.5, 2, 6)
+
+
+def test_a_cpu_limit_refuses_a_period_outside_the_kernels_bounds() -> None:
+    from elastore.errors import ElastoreError
+    from elastore.lab import cgroups
+
+    g = cgroups.Group(f"{cgroups.LAB_GROUP}-test/never-created")
+    for bad in (999, 1_000_001):
+        with pytest.raises(ElastoreError, match=r"CFS period must be 1\.\.1000 ms"):
+            g.limit_cpu(0.3, bad)
+
+
+@pytest.mark.lab
+def test_a_cpu_limit_with_a_short_cfs_period_holds_a_busy_process_to_its_cores() -> None:
+    """``lab up --cfs-period-ms 10``: the limit is written with that period (v2 cpu.max or
+    v1 cpu.cfs_period_us/cfs_quota_us) and a busy loop in the group gets ~0.3 core."""
+    from elastore.lab import cgroups
+
+    if cgroups.v2_root() is None:
+        pytest.fail("no cgroup v2 hierarchy: the lab's CPU limits need it")
+    g = cgroups.Group(f"{cgroups.LAB_GROUP}-test/limit-{os.getpid()}").create(0.3,
+                                                                            period_us=10_000)
+    v2, v1 = g.v2(), g.v1_cpu()
+    assert v2 is not None
+    if (v2 / "cpu.max").exists():
+        assert (v2 / "cpu.max").read_text().split() == ["3000", "10000"]
+    else:
+        assert v1 is not None, "no cpu controller in v2 or v1"
+        assert int((v1 / "cpu.cfs_period_us").read_text()) == 10_000
+        assert int((v1 / "cpu.cfs_quota_us").read_text()) == 3_000
+    cpu = max(os.sched_getaffinity(0))
+    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                            preexec_fn=lambda: (g.add(os.getpid()),
+                                                os.sched_setaffinity(0, {cpu})))
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def cpu_s() -> float:
+        f = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / tick
+
+    try:
+        time.sleep(0.5)
+        a, t0 = cpu_s(), time.monotonic()
+        time.sleep(3)
+        used = (cpu_s() - a) / (time.monotonic() - t0)
+    finally:
+        proc.kill()
+        proc.wait()
+        g.remove()
+        cgroups.remove_tree(f"{cgroups.LAB_GROUP}-test")
+    assert 0.2 <= used <= 0.4, f"a busy loop limited to 0.3 core used {used:.2f} core"

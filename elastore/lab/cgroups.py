@@ -26,7 +26,13 @@ log = logging.getLogger("elastore.lab.cgroups")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LAB_GROUP = "elastore-lab"
+#: the CFS period (µs) of a CPU limit: the kernel's and the kubelet's default. A group
+#: that uses its quota early in a period waits for the next one, so a limited store's tail
+#: latency has stalls of up to ``period - quota``; the kubelet's ``cpuCFSQuotaPeriod``
+#: (feature gate CustomCPUCFSQuotaPeriod) shortens it for that reason, as
+#: ``elastore lab up --cfs-period-ms`` does
 CFS_PERIOD_US = 100_000
+MIN_CFS_PERIOD_US, MAX_CFS_PERIOD_US = 1_000, 1_000_000  # the kernel's bounds
 
 
 def v2_root(root: Path = CGROUP_ROOT) -> Path | None:
@@ -73,9 +79,10 @@ class Group:
         root = v1_cpu_root()
         return root / self.rel if root else None
 
-    def create(self, cpu_cores: float | None = None, cpu_group: bool = True) -> Group:
+    def create(self, cpu_cores: float | None = None, cpu_group: bool = True,
+               period_us: int = CFS_PERIOD_US) -> Group:
         """Create the group (in v2, and in v1 ``cpu`` when present and ``cpu_group``); with
-        ``cpu_cores``, limit it to that many cores' worth of CPU time."""
+        ``cpu_cores``, limit it to that many cores' worth of CPU time per ``period_us``."""
         self._check()
         v2 = self.v2()
         if v2 is None:
@@ -86,19 +93,25 @@ class Group:
         if v1 is not None and cpu_group:
             v1.mkdir(parents=True, exist_ok=True)
         if cpu_cores is not None:
-            self.limit_cpu(cpu_cores)
+            self.limit_cpu(cpu_cores, period_us)
         return self
 
-    def limit_cpu(self, cores: float) -> None:
+    def limit_cpu(self, cores: float, period_us: int = CFS_PERIOD_US) -> None:
         if not 0.01 <= cores <= (os.cpu_count() or 1):
             raise ElastoreError(f"a CPU limit must be 0.01..{os.cpu_count()} cores, got {cores}")
-        quota = round(cores * CFS_PERIOD_US)
+        if not MIN_CFS_PERIOD_US <= period_us <= MAX_CFS_PERIOD_US:
+            raise ElastoreError(f"a CFS period must be {MIN_CFS_PERIOD_US // 1000}.."
+                                f"{MAX_CFS_PERIOD_US // 1000} ms, got {period_us / 1000:g} ms")
+        quota = max(1000, round(cores * period_us))  # the kernel's least quota: 1 ms
         v2, v1 = self.v2(), self.v1_cpu()
         if v2 is not None and _v2_has_cpu(v2.parent):
             _enable_cpu_controller(v2)
-            (v2 / "cpu.max").write_text(f"{quota} {CFS_PERIOD_US}\n")
+            (v2 / "cpu.max").write_text(f"{quota} {period_us}\n")
         elif v1 is not None:
-            (v1 / "cpu.cfs_period_us").write_text(f"{CFS_PERIOD_US}\n")
+            # v1 checks quota against period on each write: a shorter period under the
+            # old quota is refused, so lift the quota first
+            (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+            (v1 / "cpu.cfs_period_us").write_text(f"{period_us}\n")
             (v1 / "cpu.cfs_quota_us").write_text(f"{quota}\n")
         else:
             raise ElastoreError("no cgroup cpu controller (v2 cpu.max or v1 cpu) to limit CPU")

@@ -87,6 +87,8 @@ class LabState:
     #: the CPUs the nodes run on (empty: all); the rest of the machine is the clients'
     #: (``elastore load run`` keeps off these), as if the store had servers of its own
     store_cpus: list[int] = field(default_factory=list)
+    #: the CFS period of the CPU limit, µs (cgroups.CFS_PERIOD_US: the kernel's default)
+    cfs_period_us: int = cgroups.CFS_PERIOD_US
 
     def node_ns(self, node: NodeState) -> str:
         """Where the node's JVM runs (and its JMX answers on 127.0.0.1)."""
@@ -110,7 +112,8 @@ class LabState:
                        int(doc.get("prometheus_pid", 0)), str(doc.get("prometheus_dir", "")),
                        str(doc.get("pods", "")), bool(doc.get("veth", False)),
                        float(doc.get("cpu_per_node", 0.0)),
-                       [int(c) for c in doc.get("store_cpus", [])])
+                       [int(c) for c in doc.get("store_cpus", [])],
+                       int(doc.get("cfs_period_us", cgroups.CFS_PERIOD_US)))
         except (ValueError, KeyError, TypeError) as exc:
             raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
 
@@ -274,11 +277,13 @@ def down(d: Path | None = None) -> list[str]:
 def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
        namespace: str = NAMESPACE, pods: str = "", veth: bool = False,
        ips: list[str] | None = None, cpu_per_node: float = 0.0,
-       store_cpus: list[int] | None = None) -> LabState:
+       store_cpus: list[int] | None = None,
+       cfs_period_us: int = cgroups.CFS_PERIOD_US) -> LabState:
     """``pods``: "namespace/statefulset" the nodes stand in for (:attr:`LabState.pods`).
     ``veth``: each node in a namespace of its own behind a veth (:attr:`LabState.veth`),
     at ``ips`` (default 10.88.0.n). ``cpu_per_node``: each node's CPU limit in cores
-    (0: none). ``store_cpus``: the CPUs the nodes run on (:attr:`LabState.store_cpus`)."""
+    (0: none), enforced per CFS period of ``cfs_period_us``. ``store_cpus``: the CPUs the
+    nodes run on (:attr:`LabState.store_cpus`)."""
     if ips is not None:
         veth = True
         if len(ips) != nodes:
@@ -299,13 +304,15 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
         raise ElastoreError(f"--cpu-per-node must be 0 (no limit) .. {os.cpu_count()} cores")
     if cpu_per_node and cgroups.v2_root() is None:
         raise ElastoreError("--cpu-per-node needs cgroups (no cgroup v2 hierarchy found)")
+    if not cgroups.MIN_CFS_PERIOD_US <= cfs_period_us <= cgroups.MAX_CFS_PERIOD_US:
+        raise ElastoreError(f"--cfs-period-ms must be 1..1000 ms, got {cfs_period_us / 1000:g}")
     cpus = sorted(set(store_cpus or []))
     avail = os.sched_getaffinity(0)
     if cpus and (not set(cpus) <= avail or set(cpus) == avail):
         raise ElastoreError(f"--store-cpus {cpus}: want some, not all, of the CPUs "
                             f"{sorted(avail)} (the rest run the clients)")
     state = LabState(namespace, heap, pods=pods, veth=veth, cpu_per_node=cpu_per_node,
-                     store_cpus=cpus)
+                     store_cpus=cpus, cfs_period_us=cfs_period_us)
     if veth:
         netns.prepare_host(namespace)
     state.save(d)
@@ -345,7 +352,7 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
     if cgroups.v2_root() is not None:
         group = cgroups.node_group(state.netns, n)
         group.remove(wait_s=0)  # a stale one of a node that was stopped
-        group.create(state.cpu_per_node or None)
+        group.create(state.cpu_per_node or None, period_us=state.cfs_period_us)
     log.info("starting node %d on %s ...", n, spec.ip)
     proc = start_node(node_ns or state.netns, spec, lib, state.heap, group,
                       state.store_cpus or None)

@@ -173,7 +173,8 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
     log(f"{name}: lab up ({args.min} nodes, {args.cpu_per_node} core each on CPU "
         f"{args.store_cpus}) ...")
     state = lab.up(args.min, d=d, cpu_per_node=args.cpu_per_node,
-                   store_cpus=[int(c) for c in args.store_cpus.split(",")])
+                   store_cpus=[int(c) for c in args.store_cpus.split(",")],
+                   cfs_period_us=round(args.cfs_period_ms * 1000))
     loadgen: subprocess.Popen[bytes] | None = None
     runner: CoRunner | None = None
     rows: list[dict[str, Any]] = []
@@ -403,6 +404,9 @@ def main() -> None:
     ap.add_argument("--max", type=int, default=4)
     ap.add_argument("--cpu-per-node", type=float, default=0.3)
     ap.add_argument("--store-cpus", default="1")
+    ap.add_argument("--cfs-period-ms", type=float, default=10.0,
+                    help="the CPU limit's CFS period (the kubelet's cpuCFSQuotaPeriod); "
+                    "short, so the store's tail is not its own quota stalls")
     ap.add_argument("--cpu-target", type=float, default=0.7,
                     help="CPU-based: the utilisation at the SLO capacity, no interference")
     ap.add_argument("--headroom", type=float, default=0.1)

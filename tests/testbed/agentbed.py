@@ -23,13 +23,14 @@ def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, Any
 
 
 class AgentProcess:
-    def __init__(self, kc: Path, host_ns: str, log: Path, period_s: float) -> None:
+    def __init__(self, kc: Path, host_ns: str, log: Path, period_s: float,
+                 args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log = log
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elastore", "agent", "run", "--node", FAKE_NODE,
              "--kubeconfig", str(kc), "--netns", host_ns, "--period", str(period_s),
-             "--metrics-port", str(self.port), "--metrics-addr", "127.0.0.1"],
+             "--metrics-port", str(self.port), "--metrics-addr", "127.0.0.1", *args],
             env=dict(os.environ, PYTHONUNBUFFERED="1"), stdout=log.open("ab"),
             stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -59,8 +60,9 @@ class Bed:
         self.agent: AgentProcess | None = None
 
     def start_agent(self) -> AgentProcess:
+        # a short interference window: the probe tests' phases are seconds long
         self.agent = AgentProcess(self.kc, self.net.host, self.root / "agent.log",
-                                  self.period_s)
+                                  self.period_s, ("--interference-window", "3s"))
         return self.agent
 
     def inventory(self) -> Inventory:
