@@ -328,6 +328,23 @@ def test_capacity_fit_refuses_too_few_samples() -> None:
         fit_capacity(s, SLO)
 
 
+def test_a_measured_read_ratio_jittering_below_the_files_precision_is_one_setting() -> None:
+    """A lab profile's read ratio is measured: 0.94999..0.95001 across its rows. The fit
+    once made 8 grid points of that, which the model file (5 decimals) wrote as a
+    non-increasing axis that loading then refused."""
+    s = sample_profile(LAW, load_steps=20, read_ratios=(0.95,), migrations_mibps=(0,),
+                       interferences=(0, 0.3))
+    n = len(s["read_rps"])
+    jitter = 1 + np.random.default_rng(1).uniform(-2e-5, 2e-5, n)
+    total = s["read_rps"] + s["write_rps"]
+    s = dict(s, read_rps=total * 0.95 * jitter, write_rps=total - total * 0.95 * jitter)
+    assert len(np.unique(np.round(s["read_rps"] / total, 6))) > 8
+    model = fit_capacity(s, SLO)
+    again = type(model).from_json(json.loads(json.dumps(model.to_json())))
+    assert np.all(np.diff(again.read_axis) > 0)
+    assert float(again.capacity(0.95)) == pytest.approx(float(model.capacity(0.95)), rel=1e-3)
+
+
 def test_pool_samples_median_latency_mean_rates() -> None:
     from elastore.models.bundle import pool_samples
 

@@ -71,6 +71,8 @@ CLIP_X_SLO = 4.0
 SATURATED_X_SLO = 100.0  # latency of a saturated server, in SLOs (extrapolation's ceiling)
 BORDER_WIDTH = 0.5  # in ln(latency / SLO): samples within ~x1.6 of the SLO ...
 BORDER_WEIGHT = 4.0  # ... count up to 5 times
+#: decimals of the axes in a model file
+AXIS_DECIMALS = 5
 GRID = {"load": 48, "read_ratio": 8, "migration": 13, "interference": 8}
 
 
@@ -475,7 +477,7 @@ class CapacityModel:
     # -- JSON ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         def r(a: FloatArray) -> Any:
-            return np.round(a, 5).tolist()
+            return np.round(a, AXIS_DECIMALS).tolist()
 
         doc = {
             "format": FORMAT,
@@ -609,11 +611,15 @@ def fit_capacity(samples: dict[str, FloatArray], slo_ms: float, percentile: int 
         instead of jumping between tree leaves; else ``k`` evenly spaced points."""
         distinct = np.unique(np.round(values, 6))
         if len(distinct) <= k:
-            return distinct.astype(np.float64)
-        a, b = (float(np.min(values)) if lo is None else lo), float(np.max(values))
-        if b <= a:
-            return np.array([a])
-        return np.linspace(a, b, k)
+            out = distinct.astype(np.float64)
+        else:
+            a, b = (float(np.min(values)) if lo is None else lo), float(np.max(values))
+            out = np.array([a]) if b <= a else np.linspace(a, b, k)
+        # the model file keeps AXIS_DECIMALS (to_json): points closer than that are one
+        # (a measured read ratio of 0.94999..0.95001 is one setting, not 8 points that the
+        # file would write as a non-increasing axis)
+        kept = np.round(out, AXIS_DECIMALS)
+        return out if np.all(np.diff(kept) > 0) else np.unique(kept)
 
     load_axis = axis(load, GRID["load"], 0.0)
     read_axis = axis(rr, GRID["read_ratio"])
