@@ -285,8 +285,11 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
 @click.option("--point-seconds", type=click.FloatRange(min=1), default=30.0,
               show_default=True)
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep in --out.")
+@click.option("--warmup-seconds", type=click.FloatRange(min=0), default=90.0,
+              show_default=True, help="Serve the first load this long, unrecorded, before "
+              "the first point: a fresh JVM is slower and stalls more than a warm one.")
 def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
-                             point_seconds: float, resume: bool) -> None:
+                             point_seconds: float, resume: bool, warmup_seconds: float) -> None:
     """Run the store alone and beside real co-runners (stress-ng: a CPU hog, memory
     bandwidth, cache and matrix thrashers, a disk writer) at rising levels, and record the
     *measured* interference index (the node agent's probe on each node's cgroup) with the
@@ -305,6 +308,7 @@ def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
     level_list = [int(v) for v in _floats("--levels", levels)]
     points = iplan(_floats("--loads", loads), kind_list, level_list)
     summary = run_interference_profile(points, out, point_s=point_seconds, resume=resume,
+                                       warmup_s=warmup_seconds,
                                        echo=lambda m: click.echo(m, err=True))
     click.echo(f"index_slowdown_spearman: {summary['index_slowdown_spearman']:.3f} "
                f"(with baselines {summary['index_slowdown_spearman_with_baselines']:.3f}; "
