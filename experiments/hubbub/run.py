@@ -67,15 +67,22 @@ def load(args: argparse.Namespace) -> None:
         preload=False, on_start=lambda t: out.with_suffix(".start").write_text(repr(t)))
 
 
-def workload_of(steps: list[Any], period_s: float) -> Any:
-    """The schedule as a workload of 5-s windows (rates constant within a step)."""
+def warmup_windows(warmup_s: float) -> int:
+    return max(0, round(warmup_s / WINDOW_S))
+
+
+def workload_of(steps: list[Any], period_s: float, warmup_s: float = 0.0) -> Any:
+    """The schedule as a workload of 5-s windows (rates constant within a step), after
+    ``warmup_s`` of the first step's load (a fresh JVM is slower than a warm one: the
+    windows before the schedule starts are not counted)."""
     import numpy as np
 
     from elastore.lab.profile import KEY_COUNT, ZIPF_SLOPE
     from elastore.traces.workload import Workload
 
     per = max(1, round(period_s / WINDOW_S))
-    rates = np.repeat([s.load_rps for s in steps], per).astype(float)
+    rates = np.concatenate([np.full(warmup_windows(warmup_s), steps[0].load_rps),
+                            np.repeat([s.load_rps for s in steps], per)]).astype(float)
     n = len(rates)
     weight = 1.0 / np.arange(1, KEY_COUNT + 1) ** ZIPF_SLOPE
     return Workload(
@@ -187,7 +194,7 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
         subprocess.run([sys.executable, "-m", "elastore", "load", "run", str(pre), "--out",
                         str(out / f"{name}-preload.csv")], check=True, capture_output=True)
         wl = out / f"{name}-workload.json"
-        workload_of(steps, args.period).save(wl)
+        workload_of(steps, args.period, args.warmup_minutes * 60).save(wl)
         load_csv = out / f"{name}.csv"
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         loadgen = subprocess.Popen(netns.command(state.netns, [
@@ -199,7 +206,10 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
             if loadgen.poll() is not None:
                 raise RuntimeError("the load generator exited before it started")
             time.sleep(0.2)
-        t0 = float(start_file.read_text())
+        # the schedule starts after the warm-up windows
+        t0 = float(start_file.read_text()) + warmup_windows(args.warmup_minutes * 60) * WINDOW_S
+        log(f"{name}: warming up for {args.warmup_minutes:g} min at {steps[0].load_rps:g} "
+            "req/s ...")
         memory, history = Memory(), []
         level = 0
         prev = None
@@ -290,12 +300,22 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
 
 
 # --- results --------------------------------------------------------------------------------
-def summarise(name: str, out: Path, period_s: float, slo_ms: float) -> dict[str, Any]:
+def scheduled_windows(out: Path, name: str, warmup_s: float) -> list[dict[str, Any]]:
+    """The load generator's windows of the schedule (the warm-up's left out), each with
+    ``t_s`` from the schedule's start."""
+    skip = warmup_windows(warmup_s)
+    rows = list(csv.DictReader((out / f"{name}.csv").open()))
+    return [dict(w, t_s=(int(w["window"]) - skip) * WINDOW_S) for w in rows
+            if int(w["window"]) >= skip]
+
+
+def summarise(name: str, out: Path, period_s: float, slo_ms: float,
+              warmup_s: float = 0.0) -> dict[str, Any]:
     periods = list(csv.DictReader((out / f"{name}-periods.csv").open()))
-    windows = list(csv.DictReader((out / f"{name}.csv").open()))
+    windows = scheduled_windows(out, name, warmup_s)
     per_phase: dict[int, dict[str, float]] = {}
     for w in windows:
-        t = float(w["window"]) * WINDOW_S
+        t = float(w["t_s"])
         k = min(len(periods) - 1, int(t // period_s))
         p = periods[k]
         ph = per_phase.setdefault(int(p["phase"]), {"windows": 0, "violations": 0,
@@ -325,7 +345,7 @@ def ratios(results: list[dict[str, Any]], variant: str) -> tuple[float, float]:
     return viol(blind) / max(1.0, viol(hub)), hours(hub) / hours(blind)
 
 
-def plot(names: list[str], out: Path, slo_ms: float) -> None:
+def plot(names: list[str], out: Path, slo_ms: float, warmup_s: float = 0.0) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -343,8 +363,8 @@ def plot(names: list[str], out: Path, slo_ms: float) -> None:
                          label="scheduled load")
         axes[1].plot(t, [float(r["index"]) for r in per], color=c, label=name)
         axes[2].step(t, [int(r["nodes"]) for r in per], where="post", color=c, label=name)
-        win = list(csv.DictReader((out / f"{name}.csv").open()))
-        axes[3].plot([float(w["window"]) * WINDOW_S / 60 for w in win],
+        win = scheduled_windows(out, name, warmup_s)
+        axes[3].plot([float(w["t_s"]) / 60 for w in win],
                      [float(w["p95_ms"]) if w["p95_ms"] not in ("", "nan") else math.nan
                       for w in win], color=c, lw=0.8, label=name)
     axes[3].axhline(slo_ms, color="black", ls="--", lw=1, label=f"SLO {slo_ms:g} ms")
@@ -396,6 +416,8 @@ def main() -> None:
     ap.add_argument("--controllers", default=",".join(CONTROLLERS))
     ap.add_argument("--phase-minutes", type=float, default=8.0)
     ap.add_argument("--period", type=float, default=30.0, help="control period, seconds")
+    ap.add_argument("--warmup-minutes", type=float, default=1.5,
+                    help="the first load, served before the schedule starts (not counted)")
     ap.add_argument("--low", type=float, default=200.0, help="low load, cluster req/s")
     ap.add_argument("--high", type=float, default=700.0, help="high load, cluster req/s")
     ap.add_argument("--kind", default="stream", help="co-runner kind")
@@ -439,10 +461,11 @@ def main() -> None:
     results = []
     for name in names:
         run_controller(name, args, steps, args.out)
-        results.append(summarise(name, args.out, args.period, args.slo_ms))
+        results.append(summarise(name, args.out, args.period, args.slo_ms,
+                                 args.warmup_minutes * 60))
         (args.out / "summary.json").write_text(json.dumps(results, indent=1))
     write_results(results, args)
-    plot(names, args.out, args.slo_ms)
+    plot(names, args.out, args.slo_ms, args.warmup_minutes * 60)
     log((args.out / "RESULTS.md").read_text())
 
 
