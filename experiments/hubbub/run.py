@@ -435,7 +435,7 @@ def main() -> None:
     ap.add_argument("--slo-ms", type=float, default=50.0)
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--profile-summary", type=Path,
-                    default=ROOT / "experiments/profiles/lab-interference.json",
+                    default=ROOT / "experiments/profiles/lab-interference-noquota.json",
                     help="the interference profile's summary (its rank correlation)")
     args = ap.parse_args()
     if args.cmd == "load":
