@@ -24,7 +24,8 @@ CSVs and ``hubbub.png`` (load, index, servers and p95 over time for each pair).
 
     python experiments/hubbub/run.py --model MODEL.json [--controllers ...]   # root
 
-Status: written and its pure parts tested; NOT yet run end to end (see RESULTS.md).
+Status: runs end to end (a smoke run); the experiment itself is blocked on a 2-vCPU machine,
+see README.md beside this file.
 """
 
 from __future__ import annotations
