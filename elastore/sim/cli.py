@@ -75,14 +75,21 @@ def model_choice(spec: Path | None) -> tuple[Path, str]:
                    "penalty-aware planner) minimise, U = VM-hours + penalty x violation-hours.")
 @click.option("--interference", multiple=True, metavar="FROM_H:TO_H:INDEX",
               help="Inject an interference phase (trace hours, index 0..1); repeatable.")
+@click.option("--learn-online", is_flag=True,
+              help="prorenata, prorenata-window and ideal learn their capacity model from the "
+                   "replay's measured latencies (with noise), starting from the model with its "
+                   "capacity times --prior-scale; the JSON gains model_error_pct.")
+@click.option("--prior-scale", type=click.FloatRange(0.05, 20), default=1.0, show_default=True,
+              help="With --learn-online: how wrong the starting model's capacity is (2: "
+                   "optimistic, 0.5: pessimistic).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("elastore-report"), show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | None,
                  end: pd.Timestamp | None, controllers: str, slo_ms: float | None,
                  model_path: Path | None, peak_rps: float | None, data_gib: float,
-                 hour_seconds: int, penalty: float, interference: tuple[str, ...], out: Path,
-                 as_json: bool) -> None:
+                 hour_seconds: int, penalty: float, interference: tuple[str, ...],
+                 learn_online: bool, prior_scale: float, out: Path, as_json: bool) -> None:
     """Replay a Wikipedia trace through a simulated cluster under each controller.
 
     With no arguments: the built-in 2009-03-08 .. 2009-03-22 trace, every controller, and a
@@ -93,6 +100,7 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
       elastore simulate
       elastore simulate --start 2009-05-03 --end 2009-05-16 --json
       elastore simulate --controllers prorenata,hpa --interference 48:96:0.5
+      elastore simulate --controllers prorenata --learn-online --prior-scale 2
     """
     names = [c.strip() for c in controllers.split(",") if c.strip()]
     bad = [c for c in names if c not in KNOWN]
@@ -119,8 +127,12 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
         peak_rps = round(PEAK_SERVERS * float(models.capacity.capacity(0.95, 0.0, 0.0)), -1)
         log.info("peak %.0f requests/s: %d servers of the model at read ratio 0.95",
                  peak_rps, PEAK_SERVERS)
+    if prior_scale != 1.0 and not learn_online:
+        raise ElastoreError("--prior-scale needs --learn-online (it is where the learning "
+                            "starts from)")
     cfg = SimConfig(peak_rps=peak_rps, data_gib=data_gib, hour_seconds=float(hour_seconds),
-                    penalty=penalty, interference=tuple(phases))
+                    penalty=penalty, interference=tuple(phases), learn_online=learn_online,
+                    prior_scale=prior_scale)
     cfg.validate()
     steps = int(hours * cfg.hour_seconds / cfg.step_s) * len(names)
     t0 = time.perf_counter()
@@ -142,6 +154,11 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
                        f"{m['p95_latency_ms_median']:>12.1f}{m['cpu_util_mean']:>7.2f}"
                        f"{m['scale_actions']:>9}{m['utility']['10']:>9.1f}"
                        f"{m['utility']['100']:>9.1f}")
+        for n, m in doc.items():
+            if "model_error_pct" in m:
+                click.echo(f"{n}: learned capacity {m['model_error_pct']:.1f} % from the "
+                           "truth at the end; by day: " + ", ".join(
+                               f"{e:.1f} %" for e in m["model_error_pct_by_day"]))
         click.echo(f"\nreport: {report} ({seconds:.1f} s)")
         if physics == PLACEHOLDER_NOTE:
             click.echo("physics: PLACEHOLDER model (see the report), not a lab profile")

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from elastore.models.bundle import ModelSet
+from elastore.models.capacity import CapacityModel
+from elastore.models.online import CapacityLearner
 from elastore.planner import Operation, PlannerConfig
 from elastore.planner.loop import (
     Decision,
@@ -68,6 +70,11 @@ class Context:
     read_ratio: float
     interference: float
     load_now: float  # instantaneous load, req/s
+    #: the latency a node measures now at the model's percentile (ms, with the replay's
+    #: measurement noise), for a controller that learns its capacity model online; None
+    #: while a node leaves (the nodes then differ: no one per-node reading)
+    latency_ms: float | None = None
+    migration_now: float = 0.0  # MiB/s each serving node streams now
 
     @property
     def observed(self) -> FloatArray:
@@ -102,6 +109,8 @@ class Controller:
     #: each call's set-points replace the pending ones (a plan re-made every period), else
     #: they are added to them
     replaces = False
+    #: can learn its capacity model online (``elastore simulate --learn-online``)
+    learns = False
 
     def warm(self, history: FloatArray) -> None:
         """Load history (req/s per window) before the replay starts."""
@@ -220,6 +229,7 @@ class ProRenaTaController(_Forecasting):
     bwman = True
     interference_aware = True
     replaces = True
+    learns = True
     windows_ahead = 24  # the horizon mode's lookahead, in windows (trace hours)
 
     def __init__(self, oracle: bool = False, method: str = "prorenata",
@@ -237,6 +247,29 @@ class ProRenaTaController(_Forecasting):
         self.tick_s = 1.0  # every step: a change the plan runs at a fixed rate keeps it
         self._op_started: float | None = None
         self._op_rate: float | None = None
+        #: online calibration (``--learn-online``): the learner, its prior, and per window
+        #: (hour, median capacity, confidence, scale-in allowed)
+        self.learner: CapacityLearner | None = None
+        self.prior: CapacityModel | None = None
+        self.calibrations: list[tuple[int, float, float, bool]] = []
+
+    def learn_online(self, learner: CapacityLearner, prior: CapacityModel) -> None:
+        """Plan with a model learned from the replay's measurements, from ``prior``."""
+        self.learner, self.prior = learner, prior
+
+    def _models(self, ctx: Context) -> tuple[ModelSet, bool]:
+        """The models to plan with, and whether a scale-in may start: the replay's own
+        models, or (learning online) the calibration after this window's observation."""
+        if self.learner is None or self.prior is None:
+            return ctx.models, True
+        if ctx.latency_ms is not None and ctx.serving > 0:
+            self.learner.observe([ctx.load_now / ctx.serving, ctx.read_ratio,
+                                  ctx.migration_now, ctx.interference], [ctx.latency_ms],
+                                 prior=self.prior)
+        cal = self.learner.calibrate(self.prior, ctx.cfg.headroom)
+        self.calibrations.append((ctx.k, cal.capacity_rps, cal.confidence,
+                                  cal.scale_in_allowed))
+        return replace(ctx.models, capacity=cal.planning), cal.scale_in_allowed
 
     def warm(self, history: FloatArray) -> None:
         if self.mode != "horizon":
@@ -276,11 +309,16 @@ class ProRenaTaController(_Forecasting):
                             load_rps=float(ctx.knots[ctx.k]), read_ratio=ctx.read_ratio,
                             data_bytes=ctx.data_bytes, interference=ctx.interference,
                             operation=ctx.op)
-        loop = PolicyLoop(cfg, ctx.models, period_s=ctx.window_s)
+        models, scale_in = self._models(ctx)
+        loop = PolicyLoop(cfg, models, period_s=ctx.window_s)
         d = loop.step(self.memory, observed, forecast)
         self.memory = d.memory
         self.decisions.append(d)
-        return set_points(d, ctx.op.to_replicas if ctx.op is not None else ctx.serving)
+        current = ctx.op.to_replicas if ctx.op is not None else ctx.serving
+        points = set_points(d, current)
+        if not scale_in:  # below the confidence threshold: scale-out only, as the operator
+            points = [(t, max(n, current)) for t, n in points]
+        return points
 
     def on_tick(self, ctx: Context) -> SetPoints:
         """Note the change under way and the rate its plan runs it at (None: BwMan's)."""
@@ -370,6 +408,9 @@ class OperatorController(Controller):
                 "scaleDown": {"stabilizationSeconds": round(cfg.scale_down_stabilization_s)},
                 "planner": {"mode": "Horizon", "lookahead": f"{self.lookahead_s(ctx):g}s"},
                 "cost": {"violationPenalty": cfg.penalty},
+                # the replay's model as it is (the replay has no per-node latencies to
+                # learn from; `--learn-online` is prorenata's)
+                "capacityModel": {"learn": False},
                 # the URL is never dialled: the runner's metrics source is the replay
                 "metrics": {"prometheus": {"url": "http://simulated.invalid",
                                            "queries": {"interference": "replay"}}},

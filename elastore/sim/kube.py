@@ -31,7 +31,7 @@ import numpy.typing as npt
 from elastore.actuators.nodetool import Replication, Ring, RingNode, stream_setting
 from elastore.actuators.ports import DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError, MetricsError
-from elastore.operator.metrics import Snapshot
+from elastore.operator.metrics import NodeReading, Snapshot
 from elastore.sim.engine import Cluster
 
 FloatArray = npt.NDArray[np.float64]
@@ -322,6 +322,9 @@ class TraceMetrics:
             return float(self.interference(at_s))
         raise MetricsError("MetricsMissing", f"the replay has no {name!r} series")
 
+    def per_node(self, at_s: float) -> dict[str, NodeReading]:
+        raise MetricsError("MetricsMissing", "the replay has no per-node series")
+
 
 def _host_id(k: int) -> str:
     return f"00000000-0000-4000-8000-{k:012d}"
@@ -345,6 +348,9 @@ class MemoryPolicies:
     body: dict[str, Any]
     events: list[tuple[str, str, bool]] = field(default_factory=list)
     deleted: bool = False
+    #: ConfigMaps the policy wrote (its learned model): (namespace, name) -> (data, owners)
+    configmaps: dict[tuple[str, str], tuple[dict[str, str], list[str]]] = field(
+        default_factory=dict)
 
     @classmethod
     def of(cls, namespace: str, name: str, spec: dict[str, Any]) -> MemoryPolicies:
@@ -368,6 +374,17 @@ class MemoryPolicies:
     def event(self, body: dict[str, Any], reason: str, message: str,
               warning: bool = False) -> None:
         self.events.append((reason, message, warning))
+
+    def read_model(self, ns: str, name: str, key: str) -> tuple[str | None, list[str]]:
+        cm = self.configmaps.get((ns, name))
+        if cm is None:
+            return None, []
+        return cm[0].get(key), list(cm[1])
+
+    def write_model(self, body: dict[str, Any], name: str, key: str, text: str) -> None:
+        ns = body["metadata"]["namespace"]
+        data, owners = self.configmaps.get((ns, name), ({}, [body["metadata"]["uid"]]))
+        self.configmaps[(ns, name)] = ({**data, key: text}, owners)
 
     @property
     def status(self) -> dict[str, Any]:

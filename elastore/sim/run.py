@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,14 @@ class SimConfig:
     warmup_hours: int = 672
     interference: tuple[tuple[float, float, float], ...] = ()  # (from_h, to_h, index)
     penalty: float = 100.0  # VM-hours an hour of SLO violation costs (optimal's objective)
+    #: ``--learn-online``: the controllers that can (prorenata, prorenata-window, ideal)
+    #: learn their capacity model from the replay's measured latencies, starting from the
+    #: replay's model with its capacity times ``prior_scale``
+    learn_online: bool = False
+    prior_scale: float = 1.0
+    #: sd of the multiplicative noise on each measured latency (ln), and its seed
+    latency_noise: float = 0.1
+    seed: int = 0
 
     def validate(self) -> None:
         if not (self.step_s > 0 and self.hour_seconds > 0
@@ -53,6 +62,11 @@ class SimConfig:
             raise ElastoreError("peak rate and data size must be > 0")
         if not self.penalty >= 0:
             raise ElastoreError(f"the violation penalty must be >= 0, got {self.penalty:g}")
+        if not (math.isfinite(self.prior_scale) and 0.05 <= self.prior_scale <= 20):
+            raise ElastoreError(f"--prior-scale must be in [0.05, 20], got {self.prior_scale:g}")
+        if not 0 <= self.latency_noise <= 1:
+            raise ElastoreError(f"the latency noise must be in [0, 1], got "
+                                f"{self.latency_noise:g}")
         for a, b, i in self.interference:
             if not (0 <= i <= 1 and a < b):
                 raise ElastoreError(f"bad interference phase ({a}, {b}, {i}): "
@@ -72,6 +86,9 @@ class ControllerRun:
     seconds: float
     forecasts: dict[int, float] = field(default_factory=dict)
     data_total: FloatArray = field(default_factory=lambda: np.zeros(0))
+    #: learning online: per window (window, learned capacity, confidence, scale-in allowed)
+    calibrations: list[tuple[int, float, float, bool]] = field(default_factory=list)
+    true_capacity_rps: float | None = None  # the replay's model's, at its read ratio
 
     def metrics(self, dt: float, slo_ms: float, penalty: float | None = None
                 ) -> dict[str, Any]:
@@ -87,7 +104,25 @@ class ControllerRun:
             "violation_hours": viol_hours,
             "utility": {f"{p:g}": vm_hours + p * viol_hours
                         for p in sorted({*PENALTIES, *(() if penalty is None else (penalty,))})},
+            **self.calibration_metrics(),
         }
+
+    def model_error_pct(self) -> list[float]:
+        """|learned / true capacity - 1| in %, per window (learning online only)."""
+        if not self.calibrations or not self.true_capacity_rps:
+            return []
+        return [100 * abs(c / self.true_capacity_rps - 1) for _, c, _, _ in self.calibrations]
+
+    def calibration_metrics(self) -> dict[str, Any]:
+        err = self.model_error_pct()
+        if not err:
+            return {}
+        daily = [float(err[min(k, len(err)) - 1]) for k in range(24, len(err) + 24, 24)]
+        conf = [c for _, _, c, _ in self.calibrations]
+        return {"model_error_pct": float(err[-1]),
+                "model_error_pct_by_day": daily,
+                "model_confidence_by_day": [float(conf[min(k, len(conf)) - 1])
+                                            for k in range(24, len(conf) + 24, 24)]}
 
 
 @dataclass
@@ -148,7 +183,10 @@ def prepare_load(series: HourlySeries, start_i: int, hours: int, cfg: SimConfig
 
 def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequence[str],
              models: ModelSet, cfg: SimConfig, physics: str,
-             progress: Callable[[int], None] | None = None) -> SimResult:
+             progress: Callable[[int], None] | None = None,
+             prior: CapacityModel | None = None) -> SimResult:
+    """``prior`` (with ``cfg.learn_online``): the model the learning controllers start
+    from, times ``cfg.prior_scale`` (default: the replay's own model, ``models``)."""
     cfg.validate()
     if hours < 2:
         raise ElastoreError("the replay needs at least 2 hours of trace")
@@ -173,6 +211,13 @@ def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequen
     runs: dict[str, ControllerRun] = {}
     for name in controllers:
         ctrl = make_controller(name)
+        if cfg.learn_online and ctrl.learns:
+            from elastore.models.online import CapacityLearner, scaled
+
+            learner = CapacityLearner()
+            start = cap if prior is None else prior.for_slo(cap.slo_ms, cap.percentile)
+            ctrl.learn_online(learner, scaled(  # type: ignore[attr-defined]
+                start, cfg.prior_scale, note=f"x{cfg.prior_scale:g} (the prior)"))
         runs[name] = _run_one(ctrl, knots, history, load, inter, steps, models, pcfg, cfg,
                               data_bytes, progress)
     idx = series.index
@@ -199,7 +244,21 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
 
     cluster = Cluster.balanced(needed(float(knots[0])), data_bytes, cfg.boot_s)
 
+    noise = np.random.default_rng(cfg.seed)
+
+    def measured(s: int) -> tuple[float | None, float]:
+        """What a node measures now: its latency (the model's, times the replay's noise;
+        None while a node leaves) and the MiB/s it streams."""
+        n = cluster.serving
+        op = cluster.op
+        mig = last_rate if op is not None and op.kind == "add" and op.boot_left_s <= 0 else 0.0
+        if op is not None and op.kind == "remove":
+            return None, 0.0
+        lat = float(cap.latency_ms(float(load[s]) / n, r, mig, float(inter[s])))
+        return lat * math.exp(cfg.latency_noise * float(noise.standard_normal())), mig
+
     def context(s: int, now: float) -> Context:
+        lat, mig = measured(s) if ctrl.learns and cfg.learn_online else (None, 0.0)
         op = None
         if cluster.op is not None:
             o = cluster.op
@@ -211,7 +270,7 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
             k=s // win_steps, now_s=now, window_s=W, knots=knots, serving=cluster.serving,
             target=cluster.target, op=op, models=models, cfg=pcfg, data_bytes=data_bytes,
             read_ratio=r, interference=float(inter[s]) if ctrl.interference_aware else 0.0,
-            load_now=float(load[s]),
+            load_now=float(load[s]), latency_ms=lat, migration_now=mig,
         )
 
     serving = np.zeros(steps)
@@ -293,7 +352,8 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
     util = load / serving / np.asarray(cap.capacity(r, 0.0, inter))
     return ControllerRun(ctrl.name, serving, billed, p95, util, rate_used, kind,
                          cluster.actions, time.perf_counter() - t0, ctrl.forecasts(),
-                         data_total)
+                         data_total, list(getattr(ctrl, "calibrations", [])),
+                         float(cap.capacity(r, 0.0, 0.0)))
 
 
 def _latency(load: FloatArray, serving: FloatArray, kind: npt.NDArray[np.int8],

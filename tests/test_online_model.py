@@ -1,0 +1,181 @@
+"""The self-calibrating capacity model (elastore.models.online): the prior, the bounded
+exploration, learning, missing data, and the state's round trip. Pure: no cluster."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from elastore.models.bundle import ModelSet
+from elastore.models.capacity import ModelError
+from elastore.models.online import MAX_BINS, CapacityLearner, scaled
+from elastore.resources import builtin_model
+
+R = 0.95
+
+
+@pytest.fixture(scope="module")
+def truth():
+    return ModelSet.load(builtin_model("lab")).capacity
+
+
+def cap(model, r=R):
+    return float(model.capacity(r, 0.0, 0.0))
+
+
+def measure(truth, fractions, rng, noise=0.1, r=R):
+    """Per-node observations at these fractions of the true capacity, with noise."""
+    c = cap(truth)
+    loads = np.asarray(fractions, dtype=float) * c
+    lat = truth.latency_ms(loads, r, 0.0, 0.0) * np.exp(rng.normal(0, noise, len(loads)))
+    x = np.column_stack([loads, np.full(len(loads), r), np.zeros(len(loads)),
+                         np.zeros(len(loads))])
+    return x, lat
+
+
+def test_scaled_moves_capacity_and_latency(truth):
+    s = scaled(truth, 0.5)
+    assert cap(s) == pytest.approx(0.5 * cap(truth), rel=1e-6)
+    # latency at half the load of the original is the original's at the full load
+    assert float(s.latency_ms(50.0, R)) == pytest.approx(float(truth.latency_ms(100.0, R)))
+    up = scaled(truth, 1.0, 2.0)
+    assert float(up.latency_ms(50.0, R)) == pytest.approx(2 * float(truth.latency_ms(50.0, R)))
+    with pytest.raises(ModelError):
+        scaled(truth, 0.0)
+
+
+def test_the_prior_alone_is_the_prior_with_low_confidence(truth):
+    prior = scaled(truth, 0.5)
+    c = CapacityLearner().calibrate(prior)
+    assert c.samples == 0 and c.bins == 0
+    # the grid's median of the prior itself (within its 3 % spacing)
+    assert c.capacity_rps == pytest.approx(cap(prior), rel=0.03)
+    assert c.confidence < 0.2  # a prior of sd ln 3: wide
+    assert not c.scale_in_allowed
+    assert c.exploration_cap_rps is None  # nothing seen: nothing to cap by
+    lo, hi = c.capacity_interval_rps
+    assert lo < 0.5 * cap(prior) and hi > 2 * cap(prior)
+
+
+@pytest.mark.parametrize("k", [2.0, 0.5])
+def test_learns_a_capacity_wrong_by_k(truth, k):
+    rng = np.random.default_rng(1)
+    prior = scaled(truth, k)
+    learner = CapacityLearner()
+    learner.fit(*measure(truth, rng.uniform(0.3, 0.95, 120), rng), prior=prior)
+    c = learner.calibrate(prior)
+    assert c.capacity_rps == pytest.approx(cap(truth), rel=0.05)
+    assert c.load_scale == pytest.approx(1 / k, rel=0.05)
+    assert c.confidence >= 0.8 and c.scale_in_allowed
+    assert c.border_observed
+    assert c.fit_error_pct is not None and c.fit_error_pct < 20
+    # the learned model is the truth's surface, not just its capacity
+    assert cap(c.learned, 0.9) == pytest.approx(cap(truth, 0.9), rel=0.08)
+
+
+def test_exploration_is_bounded_until_the_border_is_seen(truth):
+    """An optimistic prior (2x) and light load only: the planner may not go past the
+    highest load seen within the SLO by more than the step, whatever the prior says."""
+    rng = np.random.default_rng(2)
+    prior = scaled(truth, 2.0)
+    learner = CapacityLearner(exploration_step=0.15, confidence_threshold=0.999)
+    x, y = measure(truth, rng.uniform(0.2, 0.4, 30), rng, noise=0.0)
+    learner.fit(x, y, prior=prior)
+    c = learner.calibrate(prior)
+    assert not c.border_observed and c.confidence < 0.999
+    seen = float(x[:, 0].max())
+    assert learner.max_ok_load == pytest.approx(seen)
+    assert c.exploration_cap_rps == pytest.approx(1.15 * seen)
+    assert c.planning_capacity_rps == pytest.approx(1.15 * seen)
+    assert cap(c.planning) == pytest.approx(1.15 * seen, rel=0.01)
+    assert c.planning_capacity_rps < c.capacity_rps
+    # the planner keeps headroom: the cap leaves the same load per node planned
+    assert learner.calibrate(prior, headroom=0.1).exploration_cap_rps == pytest.approx(
+        1.15 * seen / 0.9)
+    # one observation near the border lifts the cap: the border has been observed
+    x2, y2 = measure(truth, [0.99], rng, noise=0.0)  # 86 ms: past 0.7 x the SLO
+    learner.partial_fit(x2, y2, prior=prior)
+    c2 = learner.calibrate(prior)
+    assert c2.border_observed and c2.exploration_cap_rps is None
+    assert c2.planning_capacity_rps == c2.capacity_rps
+
+
+def test_a_violation_is_evidence_and_lowers_an_optimistic_prior(truth):
+    prior = scaled(truth, 2.0)
+    learner = CapacityLearner()
+    load = 1.3 * cap(truth)
+    learner.observe([load, R, 0.0, 0.0], [float(truth.latency_ms(load, R))], prior=prior)
+    c = learner.calibrate(prior)
+    assert learner.border_seen and learner.max_ok_load == 0.0
+    assert c.capacity_rps < 0.8 * cap(prior)
+
+
+def test_missing_and_invalid_inputs_are_skipped_never_zero(truth):
+    prior = scaled(truth, 1.0)
+    learner = CapacityLearner()
+    why = learner.observe([[100.0, R, math.nan, 0.0], [100.0, R, 0.0, 0.0],
+                           [-5.0, R, 0.0, 0.0], [100.0, 1.5, 0.0, 0.0]],
+                          [10.0, math.nan, 10.0, 10.0], prior=prior)
+    assert why == ["missing", "missing", "invalid", "invalid"]
+    assert learner.observations == 0 and learner.bins == {}
+    assert learner.skipped == {"missing": 2, "invalid": 2}
+    with pytest.raises(ModelError, match="rows of"):
+        learner.observe([[1.0, 2.0]], [1.0], prior=prior)
+
+
+def test_migration_is_learned_only_where_observed(truth):
+    """Observations with migration land in their own bins: the evidence says what was
+    measured at that rate, and the unobserved rates stay the prior's shape."""
+    prior = scaled(truth, 1.0)
+    learner = CapacityLearner()
+    learner.observe([[100.0, R, 0.0, 0.0], [100.0, R, 4.0, 0.0]],
+                    [float(truth.latency_ms(100.0, R)), float(truth.latency_ms(100.0, R, 4.0))],
+                    prior=prior)
+    assert len(learner.bins) == 2
+    assert sorted(k[2] for k in learner.bins) == [0, 1 + round(math.log(16) / math.log(1.25))]
+
+
+def test_state_round_trips_exactly_through_json(truth):
+    rng = np.random.default_rng(3)
+    prior = scaled(truth, 0.5)
+    learner = CapacityLearner()
+    learner.fit(*measure(truth, rng.uniform(0.2, 0.8, 50), rng), prior=prior)
+    doc = json.loads(json.dumps(learner.to_dict()))
+    again = CapacityLearner.from_dict(doc)
+    assert again.to_dict() == learner.to_dict()
+    assert again.calibrate(prior).summary() == learner.calibrate(prior).summary()
+    # and continues where it stopped
+    x, y = measure(truth, [0.9], rng)
+    learner.observe(x, y, prior=prior)
+    again.observe(x, y, prior=prior)
+    assert again.to_dict() == learner.to_dict()
+
+
+@pytest.mark.parametrize("doc", [None, {"version": 99}, {"version": 1, "bins": [[1, 2]]},
+                                 {"version": 1, "bins": [[0, 0, 0, 0, -1, .9, 0, 0, 2, 1, 1]]},
+                                 {"version": 1, "observations": -1},
+                                 {"version": 1, "params": {"sigma": "x"}}])
+def test_a_malformed_state_is_an_error(doc):
+    with pytest.raises(ModelError):
+        CapacityLearner.from_dict(doc)
+
+
+def test_bins_are_bounded(truth):
+    prior = scaled(truth, 1.0)
+    learner = CapacityLearner()
+    loads = 1.06 ** np.arange(MAX_BINS + 50)  # 5 % bins: one each
+    x = np.column_stack([loads, np.full(len(loads), R), np.zeros(len(loads)),
+                         np.zeros(len(loads))])
+    learner.observe(x, np.full(len(loads), 5.0), prior=prior)
+    assert len(learner.bins) == MAX_BINS
+    assert learner.observations == MAX_BINS + 50
+
+
+def test_bad_parameters_are_errors():
+    with pytest.raises(ModelError, match="sigma"):
+        CapacityLearner(sigma=0)
+    with pytest.raises(ModelError, match="confidence_threshold"):
+        CapacityLearner(confidence_threshold=1.5)
