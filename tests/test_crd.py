@@ -77,6 +77,8 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.migration.maxMiBps": lambda p: p.max_migration_mibps,
     "spec.migration.nodeOverheadSeconds": lambda p: p.node_overhead_s,
     "spec.capacityModel.configMapRef.key": lambda p: p.model_key,
+    "spec.capacityModel.confidenceThreshold": lambda p: p.confidence_threshold,
+    "spec.capacityModel.explorationStep": lambda p: p.exploration_step,
     "spec.metrics.prometheus.staleAfter": lambda p: p.prometheus and p.prometheus.stale_after_s,
     "spec.metrics.prometheus.warmup": lambda p: p.prometheus and p.prometheus.warmup_s,
     "spec.metrics.prometheus.namespaceLabel":

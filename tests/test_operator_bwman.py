@@ -42,6 +42,7 @@ BASE: dict[str, Any] = {
     "migration": {"nodeOverheadSeconds": 0},
     "scaleDown": {"stabilizationSeconds": 120},
     "metrics": {"prometheus": {"url": "http://127.0.0.1:1"}},
+    "capacityModel": {"learn": False},  # the given model's split (learning has its own tests)
 }
 #: the keys of status.bandwidth (the node agent reads them)
 BANDWIDTH_KEYS = {"nodeMbit", "source", "policy", "clientPorts", "storagePorts",

@@ -33,6 +33,8 @@ SPEC: dict[str, Any] = {
     "migration": {"nodeOverheadSeconds": 0},
     "scaleDown": {"stabilizationSeconds": 120},
     "metrics": {"prometheus": {"url": "http://127.0.0.1:1"}},
+    # these tests follow the node steps a given model decides (learning online has its own)
+    "capacityModel": {"learn": False},
 }
 
 

@@ -20,7 +20,8 @@ from elastore.errors import MetricsError
 from elastore.operator.spec import Prometheus
 
 FloatArray = npt.NDArray[np.float64]
-__all__ = ["MetricsError", "MetricsSource", "PrometheusSource", "Snapshot", "mask_warmup"]
+__all__ = ["MetricsError", "MetricsSource", "NodeReading", "PrometheusSource", "Snapshot",
+           "mask_warmup"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,27 @@ class Snapshot:
     nodes: int | None = None
 
 
+@dataclass(frozen=True)
+class NodeReading:
+    """One node's own measurements (the learned SLO border is per node). ``None``: that
+    quantity has no series for this node (never read as 0)."""
+
+    read_rps: float | None
+    write_rps: float | None
+    latency_ms: float | None  # at the SLO's percentile
+    migration_mibps: float | None  # streaming out
+
+    @property
+    def load_rps(self) -> float | None:
+        if self.read_rps is None or self.write_rps is None:
+            return None
+        return self.read_rps + self.write_rps
+
+
+#: the per-node queries, one series per node (by ``podLabel``)
+NODE_QUERIES = ("nodeReadRps", "nodeWriteRps", "nodeLatencyMs", "nodeMigrationMiBps")
+
+
 class MetricsSource(Protocol):
     """What the control loop observes. Anything missing is a :class:`MetricsError`, never
     a zero. :class:`PrometheusSource` reads Prometheus; the simulator answers from its
@@ -49,6 +71,10 @@ class MetricsSource(Protocol):
 
     def scalar(self, name: str, at_s: float) -> float:
         """One named query's value at ``at_s`` (e.g. ``interference``)."""
+
+    def per_node(self, at_s: float) -> dict[str, NodeReading]:
+        """Each node's own load, latency and streaming at ``at_s``, by node (pod). A
+        :class:`MetricsError` when the source has none at all."""
 
 
 def _sample(series: Any, name: str) -> float:
@@ -107,6 +133,38 @@ class PrometheusSource:
     def scalar(self, name: str, at_s: float) -> float:
         q = self.query(name)
         return _value(self._call(self.client.custom_query, q, params={"time": at_s}), name, q)
+
+    def vector(self, name: str, at_s: float) -> dict[str, float]:
+        """A query that gives one series per node: its finite, non-negative values by node
+        (``podLabel``); a series whose value is NaN or negative is left out (missing, never
+        0). An empty answer is an empty dict."""
+        q = self.query(name)
+        result = self._call(self.client.custom_query, q, params={"time": at_s})
+        out: dict[str, float] = {}
+        for series in result if isinstance(result, list) else []:
+            labels = series.get("metric") or {} if isinstance(series, dict) else {}
+            node = str(labels.get(self.prom.pod_label, "")) if self.prom.pod_label else "all"
+            if node in out:
+                raise MetricsError("MetricsMissing", f"{name}: {q!r} returned several series "
+                                                     f"for node {node}; it must give one per "
+                                                     "node")
+            v = _sample(series, name)
+            if math.isfinite(v) and v >= 0:
+                out[node] = v
+        return out
+
+    def per_node(self, at_s: float) -> dict[str, NodeReading]:
+        """The per-node queries (:data:`NODE_QUERIES`) joined by node. Read and write rates
+        are required (a :class:`MetricsError` when neither query has a series); a node's
+        missing latency or streaming is None."""
+        got = {name: self.vector(name, at_s) for name in NODE_QUERIES}
+        nodes = set(got["nodeReadRps"]) | set(got["nodeWriteRps"])
+        if not nodes:
+            raise MetricsError("MetricsMissing", "per-node load: Prometheus returned no series "
+                                                 f"for {self.query('nodeReadRps')!r}")
+        return {n: NodeReading(got["nodeReadRps"].get(n), got["nodeWriteRps"].get(n),
+                               got["nodeLatencyMs"].get(n), got["nodeMigrationMiBps"].get(n))
+                for n in sorted(nodes)}
 
     def freshness(self, at_s: float) -> dict[str, float]:
         """Each node's newest sample time (epoch seconds), by node; one series per node."""

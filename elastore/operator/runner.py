@@ -39,7 +39,7 @@ from typing import Any, Literal
 from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
-from elastore.operator import bandwidth, control, operation
+from elastore.operator import bandwidth, calibration, control, operation
 from elastore.operator import interference as hubbub
 from elastore.operator.metrics import MetricsSource, PrometheusSource, Snapshot
 from elastore.operator.ringcheck import decommission_refusal
@@ -85,6 +85,8 @@ class _Tick:
     ring_checked: bool = False  # the ring was judged fit for a decommission this tick
     period: bool = False  # a control period was due this tick
     stream_mibps: float | None = None  # the stream throttle decided this tick
+    model_status: dict[str, Any] | None = None  # status.model, when a period ran
+    calibration: Any = None  # the learned model's calibration this period (learning)
 
     def pods(self) -> list[str]:
         """The target's pods now: ordinals up to the larger of its replicas and the
@@ -135,6 +137,7 @@ class Runner:
     _priors: dict[tuple[int, str], tuple[Any, Any]] = field(default_factory=dict, init=False,
                                                            repr=False)
     _planning: tuple[Any, Any, ModelSet] | None = field(default=None, init=False, repr=False)
+    _cal_prior: tuple[Any, Any, Any] | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------
     def tick(self) -> float:
@@ -356,13 +359,14 @@ class Runner:
         t0 = time.monotonic()
         try:
             decision, snap, inter = self._decide(spec, sts.spec_replicas, t.memory, t.now,
-                                                 t.operation, t.status)
+                                                 t.operation, t.status, t)
         except (MetricsError, ElastoreError) as exc:
             return self._no_decision(t, exc)
         t.memory = decision.memory
         t.evidence = True
         t.out.update(self._decision_status(decision, snap, t.gen))
         self._interference_said(t, inter)
+        self._model_said(t)
         t.out["observed"]["readyReplicas"] = sts.ready_replicas
         t.cond("Forecasting", True, "Forecast",
                f"{decision.method}: {decision.forecast_rps:,.0f} req/s at "
@@ -390,10 +394,11 @@ class Runner:
 
     def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float,
                 op: operation.OperationState | None = None,
-                status: dict[str, Any] | None = None
+                status: dict[str, Any] | None = None, t: _Tick | None = None
                 ) -> tuple[control.Decision, Snapshot, dict[str, Any]]:
         """Observe, learn, plan. Returns the decision, the snapshot and
-        ``status.interference``."""
+        ``status.interference`` (and, with ``t``, sets ``status.model`` and the learned
+        model's scale-in gate on it)."""
         source = self.source(spec, self.namespace)
         snap = source.snapshot(now, control.history_steps(spec.prediction_method,
                                                           control.path_steps(spec)),
@@ -403,6 +408,9 @@ class Runner:
         learner = hubbub.learner_from_status(status)
         running = None if op is None else Operation(op.from_replicas, op.to_replicas,
                                                     op.started_s, max(op.expected_end_s, now))
+        if t is not None:
+            models = self._calibrated(t, spec, source, models, reading.index,
+                                      running is not None)
         latency, observation, effect = None, "not learned: no interference index", None
         if reading.index is not None:
             start = self._prior(models, reading.source)
@@ -421,6 +429,81 @@ class Runner:
                                   interference=reading.index or 0.0)
         return decision, snap, hubbub.to_status(spec, reading, learner, effect, latency,
                                                 observation, now)
+
+    def _calibrated(self, t: _Tick, spec: PolicySpec, source: MetricsSource,
+                    models: ModelSet, index: float | None, operating: bool) -> ModelSet:
+        """The models to plan with: ``models`` as they are, or (``spec.capacityModel.learn``)
+        with the capacity model calibrated online from this period's per-node
+        observations. The learner's state is read from and written back to the policy's
+        ConfigMap; ``status.model`` says where it stands (:meth:`_model_said`)."""
+        if not spec.learn:
+            t.model_status = calibration.to_status(spec, None, None, "not learning "
+                                                   "(spec.capacityModel.learn is false)",
+                                                   None, t.now)
+            return models
+        name = calibration.configmap_name(self.name)
+        uid = str(t.body["metadata"].get("uid", ""))
+        text, owners = self.policies.read_model(self.namespace, name, calibration.KEY)
+        if owners and uid not in owners:
+            raise ElastoreError(f"ConfigMap {self.namespace}/{name} exists and is not owned "
+                                f"by this policy (owners {owners}): the learned model is "
+                                "not written over someone else's; rename or delete it")
+        try:
+            state = calibration.learner_from_document(text, f"ConfigMap {name}")
+            notes = []
+        except ElastoreError as exc:  # unreadable: start over, and say so
+            state, notes = None, [f"the stored learned model was unreadable and is "
+                                  f"replaced: {exc}"]
+            self.policies.event(t.body, "LearnedModelReset", notes[0], warning=True)
+        learner_ = calibration.learner(spec, state)
+        prior = self._calibration_prior(spec, models)
+        try:
+            nodes = source.per_node(t.now)
+        except MetricsError as exc:
+            if exc.reason == "PrometheusUnreachable":
+                raise
+            nodes, notes = {}, [*notes, f"no per-node metrics: {exc}"]
+        x, y, said = calibration.observations(nodes, index, operating)
+        if x:
+            learner_.observe(x, y, prior=prior)
+        cal = learner_.calibrate(prior, spec.headroom)
+        t.calibration = cal
+        try:
+            self.policies.write_model(t.body, name, calibration.KEY, calibration.document(
+                cal.learned, learner_, cal, models, self.name, t.now))
+            where: str | None = name
+        except ElastoreError as exc:
+            where = None
+            notes.append(f"not saved: {exc}")
+            self.policies.event(t.body, "LearnedModelNotSaved", str(exc), warning=True)
+        t.model_status = calibration.to_status(spec, cal, learner_, "; ".join([said, *notes]),
+                                               where, t.now)
+        return replace(models, capacity=cal.planning)
+
+    def _calibration_prior(self, spec: PolicySpec, models: ModelSet) -> Any:
+        key = (id(models.capacity), spec.prior_scale)
+        hit = self._cal_prior
+        if hit is None or hit[0] != key or hit[1] is not models.capacity:
+            hit = (key, models.capacity, calibration.prior(spec, models))
+            self._cal_prior = hit
+        return hit[2]
+
+    def _model_said(self, t: _Tick) -> None:
+        """``status.model``; an Event when the learned model becomes confident (or stops
+        being)."""
+        if t.model_status is None:
+            return
+        t.out["model"] = t.model_status
+        prev = t.status.get("model")
+        was = prev.get("scaleInAllowed") if isinstance(prev, dict) else None
+        now = t.model_status.get("scaleInAllowed")
+        if now is not None and was is not None and now != was:
+            self.policies.event(
+                t.body, "ModelConfident" if now else "ModelLearning",
+                f"learned capacity {t.model_status['capacityRps']:.1f} req/s per node, "
+                f"confidence {t.model_status['confidence']:.2f}: "
+                + ("scale-in allowed" if now else "only scale-out until it is confident again"),
+                warning=not now)
 
     def _prior(self, models: ModelSet, source: str) -> Any:
         key = (id(models.capacity), source)
@@ -635,6 +718,8 @@ class Runner:
             t.cond(ctype, False, "Aborted", f"no step starts: {why}")
         elif kind == "ScaleIn" and (partial := self._partial(t)) is not None:
             t.cond(ctype, False, *partial)
+        elif kind == "ScaleIn" and (learning := self._learning_gate(t)) is not None:
+            t.cond(ctype, False, "ModelLearning", learning)
         elif (refused := self._refuse(spec, sts, kind)) is not None:
             t.cond(ctype, False, "Refused", refused)
             self.policies.event(t.body, f"{kind}Refused", refused, warning=True)
@@ -644,6 +729,17 @@ class Runner:
             return True
         t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
         return False
+
+    def _learning_gate(self, t: _Tick) -> str | None:
+        """Why the learned model holds a scale-in (this period's, else the status's)."""
+        if t.calibration is not None:
+            return calibration.gate(t.calibration)
+        m = t.out.get("model") or t.status.get("model")
+        if isinstance(m, dict) and m.get("source") == "learned" and \
+                m.get("scaleInAllowed") is False:
+            return (f"the learned capacity model's confidence is {m.get('confidence')}, "
+                    "below the threshold: only scale-out until it is confident (status.model)")
+        return None
 
     def _begin(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"]) -> None:
         spec, sts = t.spec, t.sts

@@ -174,6 +174,17 @@ class PolicySpec:
     node_overhead_s: float = 120.0
     model_configmap: str | None = None
     model_key: str = "model.json"
+    #: ``spec.capacityModel.learn``: calibrate the capacity model online from the store's
+    #: own per-node latencies (default: on when no ``configMapRef`` is given)
+    learn: bool = True
+    #: the prior's capacity factor when learning: the built-in profile times 0.5 by default
+    #: (a conservative guess for unknown hardware), a ``configMapRef`` model times 1.0
+    prior_scale: float = 0.5
+    #: below this confidence in the learned border, Enforce only scales out
+    confidence_threshold: float = 0.8
+    #: how far past the highest load seen within the SLO the plan may go (a fraction)
+    #: until the border has been observed
+    exploration_step: float = 0.15
     prometheus: Prometheus | None = None
     #: ``spec.interference.enabled``: None (absent) is Auto, the index when the agent's
     #: series exist for the target's pods, blind (and said) when not; True: the index or no
@@ -359,7 +370,19 @@ def parse(spec: Any) -> PolicySpec:
         raise SpecError(f"minMiBps ({mn:g}) must be <= maxMiBps ({mx:g})", "spec.migration")
     overhead = _num(_get(mig, "nodeOverheadSeconds", 120, "spec.migration"),
                     "spec.migration.nodeOverheadSeconds", 0, 86400, integer=True)
-    cm = _get(spec.get("capacityModel"), "configMapRef", None, "spec.capacityModel")
+    cmodel = spec.get("capacityModel") or {}
+    cm = _get(cmodel, "configMapRef", None, "spec.capacityModel")
+    learn = cmodel.get("learn", cm is None)
+    if not isinstance(learn, bool):
+        raise SpecError(f"must be true or false, got {learn!r}", "spec.capacityModel.learn")
+    # the built-in lab profile is scaled down for unknown hardware; a model of the user's
+    # own (configMapRef) is taken as it is unless they say otherwise
+    prior_scale = _num(cmodel.get("priorScale", 0.5 if cm is None else 1.0),
+                       "spec.capacityModel.priorScale", 0.05, 20)
+    confidence = _num(cmodel.get("confidenceThreshold", 0.8),
+                      "spec.capacityModel.confidenceThreshold", 0, 1, lo_open=True)
+    exploration = _num(cmodel.get("explorationStep", 0.15), "spec.capacityModel.explorationStep",
+                       0, 2, lo_open=True)
     prom = None
     metrics = spec.get("metrics")
     p = _get(metrics, "prometheus", None, "spec.metrics")
@@ -403,6 +426,8 @@ def parse(spec: Any) -> PolicySpec:
         node_overhead_s=overhead,
         model_configmap=str(cm["name"]) if isinstance(cm, dict) and cm.get("name") else None,
         model_key=str(cm.get("key", "model.json")) if isinstance(cm, dict) else "model.json",
+        learn=learn, prior_scale=prior_scale, confidence_threshold=confidence,
+        exploration_step=exploration,
         prometheus=prom,
         interference=interference,
         stabilization_s=_num(_get(down, "stabilizationSeconds", 300, "spec.scaleDown"),

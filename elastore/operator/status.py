@@ -65,6 +65,14 @@ class PolicyStore(Protocol):
               warning: bool = False) -> None:
         """An Event about the policy (failures are logged, never fatal)."""
 
+    def read_model(self, ns: str, name: str, key: str) -> tuple[str | None, list[str]]:
+        """A learned model's ConfigMap: the text under ``key`` (None: no ConfigMap, or no
+        such key) and the uids of its owners."""
+
+    def write_model(self, body: dict[str, Any], name: str, key: str, text: str) -> None:
+        """Create or update the ConfigMap ``name`` in the policy's namespace, owned by the
+        policy (deleted with it)."""
+
 
 @dataclass
 class PolicyApi:
@@ -126,6 +134,45 @@ class PolicyApi:
         except ApiException as exc:
             log.warning("posting event %s on %s/%s: %s", reason, meta["namespace"],
                         meta["name"], exc.reason)
+
+    def read_model(self, ns: str, name: str, key: str) -> tuple[str | None, list[str]]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cm: Any = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None, []
+            raise ElastoreError(f"reading ConfigMap {ns}/{name}: {exc.reason}") from exc
+        owners = [str(o.uid) for o in (cm.metadata.owner_references or [])]
+        return (cm.data or {}).get(key), owners
+
+    def write_model(self, body: dict[str, Any], name: str, key: str, text: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        ns = body["metadata"]["namespace"]
+        obj: Any = {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": ns,
+                            "labels": {"app.kubernetes.io/managed-by": "elastore"},
+                            "ownerReferences": [owner_reference(body)]},
+               "data": {key: text}}
+        try:
+            self.core.patch_namespaced_config_map(name, ns, {"data": {key: text}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ElastoreError(f"writing ConfigMap {ns}/{name}: {exc.reason}") from exc
+            try:
+                self.core.create_namespaced_config_map(ns, obj)
+            except ApiException as exc2:
+                raise ElastoreError(f"creating ConfigMap {ns}/{name}: {exc2.reason}") \
+                    from exc2
+
+
+def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
+    """The policy as the owner of an object it made (garbage-collected with it)."""
+    meta = body["metadata"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "name": meta["name"],
+            "uid": meta.get("uid", ""), "controller": True, "blockOwnerDeletion": False}
 
 
 def release_finalizer(api_client: Any, ns: str, name: str, finalizer: str) -> bool:
