@@ -239,9 +239,12 @@ class NodeExporters:
 class Prometheus:
     """Debian's Prometheus on 127.0.0.1, scraping ``targets`` every second."""
 
-    def __init__(self, root: Path, targets: list[str], static_configs: str = "") -> None:
+    def __init__(self, root: Path, targets: list[str], static_configs: str = "",
+                 web_config: str = "", ca: Path | None = None,
+                 auth: tuple[str, str] | None = None) -> None:
         """``static_configs``: entries of the job's own (YAML, 6 spaces in), besides
-        ``targets``."""
+        ``targets``. ``web_config``: Prometheus's ``--web.config.file`` (TLS, basic auth);
+        then ``ca`` verifies its certificate and ``auth`` logs in to see it ready."""
         binary = shutil.which("prometheus")
         if binary is None:
             pytest.fail("Prometheus is not installed ('make test' installs Debian's)")
@@ -251,16 +254,28 @@ class Prometheus:
                        "scrape_configs:\n  - job_name: cassandra\n    static_configs:\n"
                        f"      - targets: {json.dumps(targets)}\n{static_configs}")
         self.port = free_port()
+        self.scheme = "https" if "tls_server_config" in web_config else "http"
+        extra = []
+        if web_config:
+            (root / "web.yml").write_text(web_config)
+            extra.append(f"--web.config.file={root / 'web.yml'}")
         self.proc = subprocess.Popen(
             [binary, f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{self.port}",
-             f"--storage.tsdb.path={root / 'tsdb'}", "--log.level=warn"],
+             f"--storage.tsdb.path={root / 'tsdb'}", "--log.level=warn", *extra],
             stdout=(root / "log").open("ab"), stderr=subprocess.STDOUT,
             start_new_session=True)
+        import base64
+        import ssl
         import urllib.request
+
+        ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
+        headers = {} if auth is None else {
+            "Authorization": "Basic " + base64.b64encode(":".join(auth).encode()).decode()}
 
         def ready() -> bool:
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as r:
+                req = urllib.request.Request(f"{self.url}/-/ready", headers=headers)
+                with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
                     return bool(r.status == 200)
             except OSError:
                 return False
@@ -269,7 +284,7 @@ class Prometheus:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def close(self) -> None:
         if self.proc.poll() is None:

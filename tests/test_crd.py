@@ -84,6 +84,9 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.metrics.prometheus.namespaceLabel":
         lambda p: p.prometheus and p.prometheus.namespace_label,
     "spec.metrics.prometheus.podLabel": lambda p: p.prometheus and p.prometheus.pod_label,
+    "spec.metrics.prometheus.preset": lambda p: p.prometheus and p.prometheus.preset,
+    "spec.metrics.prometheus.tlsConfig.insecureSkipVerify":
+        lambda p: p.prometheus and p.prometheus.auth.insecure_skip_verify,
     "spec.interference": lambda p: None,
     "spec.scaleDown": lambda p: None,
     "spec.scaleDown.stabilizationSeconds": lambda p: p.stabilization_s,
@@ -142,6 +145,13 @@ def test_interference_enabled_has_no_default_absent_is_auto() -> None:
 def test_the_queries_the_schema_allows_are_the_parsers() -> None:
     queries = dict(walk(schema()))["spec.metrics.prometheus.queries"]
     assert set(queries["properties"]) == {*DEFAULT_QUERIES, *OPTIONAL_QUERIES}
+
+
+def test_the_preset_enum_is_the_presets() -> None:
+    from elastore.operator.presets import DEFAULT_PRESET, PRESETS
+
+    node = dict(walk(schema()))["spec.metrics.prometheus.preset"]
+    assert node["enum"] == list(PRESETS) and node["default"] == DEFAULT_PRESET
 
 
 def test_the_chart_ships_the_packages_crd() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 import numpy as np
 
 from elastore.cliutil import ElastoreGroup, emit_json, log
+from elastore.errors import ElastoreError
 from elastore.models.bundle import INTERFERENCE_EFFECTS, ModelSet, fit_models
 
 
@@ -101,23 +103,65 @@ def query_cmd(model: Path, read_ratio: float, migration_mibps: float, interferen
                    f"{mig:.2f} MiB/s per server")
 
 
+def _from_configmap(ref: str, key: str) -> tuple[ModelSet, str]:
+    """A model kept in a ConfigMap (``NAMESPACE/NAME``): the one a policy learns online,
+    ``<policy>-capacity-model``, or one made with ``models fit``. Read with the kubeconfig
+    (``$KUBECONFIG``)."""
+    import os
+
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    ns, _, name = ref.partition("/")
+    if not ns or not name:
+        raise ElastoreError(f"--configmap {ref!r}: want NAMESPACE/NAME")
+    try:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=os.environ.get("KUBECONFIG") or None)
+    except (config.ConfigException, OSError) as exc:
+        raise ElastoreError(f"no kubeconfig to read ConfigMap {ref} with: {exc}") from exc
+    try:
+        cm: Any = client.CoreV1Api().read_namespaced_config_map(name, ns)
+    except ApiException as exc:
+        raise ElastoreError(f"ConfigMap {ref}: {exc.reason}") from exc
+    text = (cm.data or {}).get(key)
+    if text is None:
+        raise ElastoreError(f"ConfigMap {ref} has no key {key!r}")
+    where = f"configmap {ref}"
+    return ModelSet.loads(text, where), where
+
+
 @models.command("show")
-@click.argument("model", type=click.Path(path_type=Path))
+@click.argument("model", type=click.Path(path_type=Path), required=False)
+@click.option("--configmap", "configmap", metavar="NAMESPACE/NAME", default=None,
+              help="Read the model from a ConfigMap instead of a file: a policy's learned "
+                   "model is <policy>-capacity-model in its namespace.")
+@click.option("--key", default="model.json", show_default=True,
+              help="The ConfigMap's key (with --configmap).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="PNG of the SLO-border curves.")
-def show_cmd(model: Path, plot: Path | None) -> None:
-    """Summarise a model file; --plot draws the SLO border for several migration rates and
-    interference levels (reads/s against writes/s, as the paper's Figs 5.13 and 5.24).
+def show_cmd(model: Path | None, configmap: str | None, key: str, plot: Path | None) -> None:
+    """Summarise a model file or ConfigMap; --plot draws the SLO border for several
+    migration rates and interference levels (reads/s against writes/s, as the paper's Figs
+    5.13 and 5.24). A model learned online also shows how far its learning has got.
 
     \b
-    Example:
+    Examples:
       elastore models show model.json --plot border.png
+      elastore models show --configmap shop/orders-capacity-model
     """
-    ms = ModelSet.load(model)
+    if (model is None) == (configmap is None):
+        raise ElastoreError("give a model file or --configmap NAMESPACE/NAME (one of them)")
+    if configmap is not None:
+        ms, where = _from_configmap(configmap, key)
+    else:
+        assert model is not None
+        ms, where = ModelSet.load(model), str(model)
     c = ms.capacity
-    lines = [f"model     {model}", f"method    {c.method}",
+    training = {k: v for k, v in c.training.items() if k != "online"}
+    lines = [f"model     {where}", f"method    {c.method}",
              f"SLO       p{c.percentile} <= {c.slo_ms:g} ms",
-             f"training  {c.training}", f"fit error {c.fit_error}",
+             f"training  {training}", f"fit error {c.fit_error}",
              f"grid      load {len(c.load_axis)} x read ratio {len(c.read_axis)} x migration "
              f"{len(c.migration_axis)} x interference {len(c.interference_axis)}",
              "interference " + (c.interference_effect.describe() if c.interference_effect
@@ -127,6 +171,18 @@ def show_cmd(model: Path, plot: Path | None) -> None:
         row = ", ".join(f"{m:g} MiB/s: {float(c.capacity(r, m, 0)):.0f}"
                         for m in c.migration_axis[:: max(1, len(c.migration_axis) // 4)])
         lines.append(f"capacity  read ratio {r:g}, no interference: {row} (requests/s/server)")
+    online = c.training.get("online")
+    if isinstance(online, dict) and isinstance(online.get("summary"), dict):
+        m = online["summary"]
+        lines += [
+            f"learned   online by policy {online.get('policy')}, at {online.get('at')}: "
+            f"{m.get('samples')} observations in {m.get('bins')} bins",
+            f"          capacity {m.get('capacityRps')} req/s per node (10-90 %: "
+            f"{m.get('capacityIntervalRps')}), prior {m.get('priorCapacityRps')}, planned "
+            f"with {m.get('planningCapacityRps')}",
+            f"          confidence {m.get('confidence')}, load range observed "
+            f"{m.get('observedFraction')}, border observed {m.get('borderObserved')}, fit "
+            f"error {m.get('fitErrorPct')} %, scale-in allowed {m.get('scaleInAllowed')}"]
     bw = ms.bandwidth
     if bw.client is not None:
         lines.append(f"bwman     clients: {bw.client(10):.0f} req/s at 10 Mbit/s, "

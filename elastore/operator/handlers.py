@@ -105,14 +105,16 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
     """The policy's loop, until the policy is deleted or the operator stops or pauses."""
     assert namespace is not None  # ElasticPolicy is namespaced
     from elastore.actuators.k8s import KubeActuator
-    from elastore.operator.runner import Runner
-    from elastore.operator.status import PolicyApi
+    from elastore.operator.runner import Runner, prometheus_source
+    from elastore.operator.status import PolicyApi, kube_reader
 
     rt = runtime(memo)
     client = rt.api_client()
+    read = kube_reader(client)
     runner = Runner(namespace, name, PolicyApi(client), KubeActuator(client),
                     rt.model_loader(namespace), rt.telemetry,
-                    nodetools=rt.options.nodetools)
+                    nodetools=rt.options.nodetools,
+                    source=lambda spec, ns: prometheus_source(spec, ns, read))
     wake = rt.wake.setdefault((namespace, name), threading.Event())
     rt.served.add((namespace, name))
     logger.info("control loop started for %s/%s", namespace, name)

@@ -9,6 +9,7 @@ on missing data and every scale-out rests on evidence.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -16,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from elastore.errors import MetricsError
+from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.spec import Prometheus
 
 FloatArray = npt.NDArray[np.float64]
@@ -97,21 +98,87 @@ def _value(result: Any, name: str, query: str) -> float:
     return v
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """What ``spec.metrics.prometheus``'s ``bearerTokenSecret``, ``basicAuth`` and
+    ``tlsConfig`` resolve to (:func:`resolve_credentials`)."""
+
+    bearer_token: str | None = None
+    basic: tuple[str, str] | None = None
+    ca_pem: str | None = None
+    insecure_skip_verify: bool = False
+
+    def __repr__(self) -> str:  # never a secret in a log line or a traceback
+        return (f"Credentials(bearer_token={'***' if self.bearer_token else None}, "
+                f"basic={'***' if self.basic else None}, ca_pem={bool(self.ca_pem)}, "
+                f"insecure_skip_verify={self.insecure_skip_verify})")
+
+
+#: reads one key of a Secret or ConfigMap in a namespace: (kind, namespace, name, key)
+Reader = Callable[[str, str, str, str], str]
+
+
+def resolve_credentials(prom: Prometheus, namespace: str, read: Reader) -> Credentials:
+    """The credentials the policy names, read from its own namespace. A missing Secret,
+    key or label is an :class:`ElastoreError` naming it."""
+    a = prom.auth
+    token = None if a.bearer_token is None else \
+        read("Secret", namespace, a.bearer_token.name, a.bearer_token.key).strip()
+    basic = None
+    if a.username is not None and a.password is not None:
+        basic = (read("Secret", namespace, a.username.name, a.username.key).strip(),
+                 read("Secret", namespace, a.password.name, a.password.key).strip())
+    ca = None
+    if a.ca_secret is not None:
+        ca = read("Secret", namespace, a.ca_secret.name, a.ca_secret.key)
+    elif a.ca_configmap is not None:
+        ca = read("ConfigMap", namespace, a.ca_configmap.name, a.ca_configmap.key)
+    if ca is not None and "-----BEGIN CERTIFICATE-----" not in ca:
+        raise ElastoreError("spec.metrics.prometheus.tlsConfig.ca is not a PEM certificate "
+                            "bundle")
+    return Credentials(token, basic, ca, a.insecure_skip_verify)
+
+
+def _ca_file(pem: str) -> str:
+    """A file holding ``pem`` (requests verifies against a path), one per bundle."""
+    import hashlib
+    import os
+    import tempfile
+
+    d = os.path.join(tempfile.gettempdir(), f"elastore-ca-{os.getuid()}")
+    os.makedirs(d, mode=0o700, exist_ok=True)
+    path = os.path.join(d, hashlib.sha256(pem.encode()).hexdigest()[:16] + ".pem")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(dir=d)
+        with os.fdopen(fd, "w") as f:
+            f.write(pem)
+        os.replace(tmp, path)
+    return path
+
+
 class PrometheusSource:
     """The metrics of one ElasticPolicy's target (StatefulSet ``target`` in ``namespace``:
-    the default queries see only its pods). ``timeout_s`` bounds every request."""
+    the default queries see only its pods). ``timeout_s`` bounds every request;
+    ``credentials``: a bearer token or basic auth, a CA bundle, or no verification."""
 
     def __init__(self, prom: Prometheus, namespace: str, target: str,
-                 timeout_s: float = 5.0) -> None:
+                 timeout_s: float = 5.0, credentials: Credentials | None = None) -> None:
+        import requests
         from prometheus_api_client import PrometheusConnect
         from urllib3.util.retry import Retry
 
         self.prom = prom
         self.namespace, self.target = namespace, target
         self.timeout_s = timeout_s
-        self.client = PrometheusConnect(url=prom.url, disable_ssl=False,
+        cred = credentials or Credentials()
+        session = requests.Session()
+        session.verify = False if cred.insecure_skip_verify else (
+            _ca_file(cred.ca_pem) if cred.ca_pem else True)
+        headers = {"Authorization": f"Bearer {cred.bearer_token}"} if cred.bearer_token \
+            else None
+        self.client = PrometheusConnect(url=prom.url, headers=headers, auth=cred.basic,
                                         retry=Retry(total=1, backoff_factor=0.2),
-                                        timeout=int(max(1, timeout_s)))
+                                        session=session, timeout=int(max(1, timeout_s)))
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import requests
@@ -119,13 +186,23 @@ class PrometheusSource:
 
         try:
             return fn(*args, **kwargs)
+        except requests.exceptions.SSLError as exc:
+            raise MetricsError("PrometheusUnreachable", f"Prometheus at {self.prom.url}: TLS "
+                                                        "verification failed (spec.metrics."
+                                                        "prometheus.tlsConfig.ca?)") from exc
         except requests.exceptions.RequestException as exc:
             raise MetricsError("PrometheusUnreachable", f"Prometheus at {self.prom.url} is "
                                                         f"unreachable: {type(exc).__name__}") \
                 from exc
         except PrometheusApiClientException as exc:
+            text = str(exc)
+            if "Status Code 401" in text or "Status Code 403" in text:
+                code = "401" if "401" in text else "403"
+                raise MetricsError("PrometheusUnauthorized", f"Prometheus at {self.prom.url} "
+                                   f"refused the credentials (HTTP {code}): check spec."
+                                   "metrics.prometheus.bearerTokenSecret / basicAuth") from exc
             raise MetricsError("PrometheusError", f"Prometheus at {self.prom.url} refused a "
-                                                  f"query: {str(exc)[:300]}") from exc
+                                                  f"query: {text[:300]}") from exc
 
     def query(self, name: str) -> str:
         return self.prom.query(name, self.namespace, self.target)
@@ -157,7 +234,14 @@ class PrometheusSource:
         """The per-node queries (:data:`NODE_QUERIES`) joined by node. Read and write rates
         are required (a :class:`MetricsError` when neither query has a series); a node's
         missing latency or streaming is None."""
-        got = {name: self.vector(name, at_s) for name in NODE_QUERIES}
+        got: dict[str, dict[str, float]] = {}
+        for name in NODE_QUERIES:
+            try:
+                got[name] = self.vector(name, at_s)
+            except MetricsError as exc:  # an exporter without it (streaming): None per node
+                if exc.reason != "MetricsMissing" or name in ("nodeReadRps", "nodeWriteRps"):
+                    raise
+                got[name] = {}
         nodes = set(got["nodeReadRps"]) | set(got["nodeWriteRps"])
         if not nodes:
             raise MetricsError("MetricsMissing", "per-node load: Prometheus returned no series "

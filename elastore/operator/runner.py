@@ -41,7 +41,13 @@ from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import bandwidth, calibration, control, operation
 from elastore.operator import interference as hubbub
-from elastore.operator.metrics import MetricsSource, PrometheusSource, Snapshot
+from elastore.operator.metrics import (
+    MetricsSource,
+    PrometheusSource,
+    Reader,
+    Snapshot,
+    resolve_credentials,
+)
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runtime import DEFAULT_NODETOOLS
 from elastore.operator.spec import PolicySpec, SpecError, parse
@@ -59,11 +65,20 @@ RETRY_S = 30.0  # after a failed observation, at most this long until the next t
 Conditions = list[dict[str, Any]]
 
 
-def prometheus_source(spec: PolicySpec, namespace: str) -> MetricsSource:
+def prometheus_source(spec: PolicySpec, namespace: str, read: Reader | None = None
+                      ) -> MetricsSource:
+    """The policy's Prometheus; ``read`` resolves the Secrets and ConfigMaps its
+    credentials name (without it a policy that names any is an error)."""
     if spec.prometheus is None:
         raise MetricsError("NoMetrics", "spec.metrics.prometheus is not set: there is "
                                         "nothing to forecast from")
-    return PrometheusSource(spec.prometheus, namespace, spec.target.name)
+    cred = None
+    if spec.prometheus.auth.any:
+        if read is None:
+            raise ElastoreError("spec.metrics.prometheus names credentials, and this "
+                                "operator has no Kubernetes client to read them with")
+        cred = resolve_credentials(spec.prometheus, namespace, read)
+    return PrometheusSource(spec.prometheus, namespace, spec.target.name, credentials=cred)
 
 
 @dataclass

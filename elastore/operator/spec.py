@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from elastore.errors import ElastoreError
+from elastore.errors import ElastoreError, MetricsError
+from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
-from elastore.units import MIB
 
 GROUP = "elastore.io"
 VERSION = "v1alpha1"
@@ -29,47 +29,12 @@ _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _ARG = re.compile(r"^[A-Za-z0-9_./+-]{1,256}$")  # the CRD's pattern for a nodetool word
 _CONTAINER = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
-#: PromQL for Cassandra's JMX exporter (the metric names the lab and cass-operator's
-#: metrics agent expose). ``{selector}`` is replaced by the target's scope (its namespace and
-#: pods, :meth:`Prometheus.scope`) and ``spec.metrics.prometheus.selector``; ``{by}`` by the
-#: label that tells the nodes apart (``podLabel``).
-DEFAULT_QUERIES = {
-    "readRps": 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
-               '{{name="Latency",scope="Read"{selector}}}[1m]))',
-    "writeRps": 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
-                '{{name="Latency",scope="Write"{selector}}}[1m]))',
-    "migrationMiBps": 'sum(rate(org_apache_cassandra_metrics_streaming_count'
-                      '{{name="TotalOutgoingBytes"{selector}}}[1m])) / ' + str(MIB),
-    "dataBytes": 'sum(org_apache_cassandra_metrics_storage_count{{name="Load"{selector}}})',
-    # one series per node: the time of its newest sample
-    "freshness": '{by}(timestamp(org_apache_cassandra_metrics_clientrequest_count'
-                 '{{name="Latency",scope="Read"{selector}}}))',
-    # Hubbub-scale's interference index, in [0, 1]: elastore's node agent exports one series
-    # per pod (elastore.agent, labels namespace, pod, node); the target's mean
-    "interference": 'avg(elastore_interference_index{{{scope}}})',
-    # The store's latency at the SLO's percentile, ms, for learning the interference effect:
-    # the coordinators' client-request latency, each node's read and write percentile
-    # weighted by its request rate. The JMX exporter's default naming of the MBean
-    # org.apache.cassandra.metrics:type=ClientRequest,scope=Read|Write,name=Latency (its
-    # Count attribute is the ..._count above; the lab's exporter config,
-    # elastore/lab/cassandra.py EXPORTER_CONFIG, exports type=ClientRequest with rule ".*"
-    # and lowercaseOutputName) gives its 95thPercentile / 99thPercentile attribute as
-    # ..._95thpercentile / ..._99thpercentile (seen on the lab's Cassandra 5.0.4 with the JMX
-    # exporter 1.0.1: ..._95thpercentile{name="Latency",scope="Read"} 8239.0, beside the
-    # per-consistency-level scopes Read-ALL, Read-ANY, ... that the anchored regex leaves
-    # out). Cassandra 5's timers report microseconds (CassandraMetricsRegistry.
-    # DEFAULT_TIMER_UNIT, read with javap from cassandra-all-5.0.4.jar), hence / 1000.
-    # Server side: it leaves out the network and the client's queueing that a client
-    # measures (the lab profiles' p95_ms is the client's; the lab's load generator exports
-    # it as elastore_load_p95_ms), see docs/operator.md "Interference".
-    "latencyMs": 'sum(org_apache_cassandra_metrics_clientrequest_{pct}thpercentile'
-                 '{{name="Latency",scope=~"Read|Write"{selector}}} * '
-                 'rate(org_apache_cassandra_metrics_clientrequest_count'
-                 '{{name="Latency",scope=~"Read|Write"{selector}}}[1m])) / '
-                 'sum(rate(org_apache_cassandra_metrics_clientrequest_count'
-                 '{{name="Latency",scope=~"Read|Write"{selector}}}[1m])) / 1000',
-}
+#: PromQL for Cassandra's JMX exporter with the lab's configuration (preset
+#: ``jmx-exporter``, the default); :mod:`elastore.operator.presets` has every preset.
+DEFAULT_QUERIES = PRESETS[DEFAULT_PRESET].queries()
 
+#: every query a policy may set in ``spec.metrics.prometheus.queries``
+KNOWN_QUERIES = QUERY_NAMES
 
 #: queries without a default (none since the node agent exports the interference index)
 OPTIONAL_QUERIES: tuple[str, ...] = ()
@@ -110,6 +75,39 @@ class Target:
 
 
 @dataclass(frozen=True)
+class KeyRef:
+    """A key of a Secret or ConfigMap in the policy's own namespace."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class PrometheusAuth:
+    """How to reach a Prometheus that asks for credentials or serves its own CA (the names
+    of the Prometheus Operator's endpoint settings: ``bearerTokenSecret``, ``basicAuth``,
+    ``tlsConfig``). Secrets are read from the policy's namespace only, and only when they
+    carry the label :data:`CREDENTIALS_LABEL` (a policy's author cannot point the operator
+    at any Secret of the namespace and send it to a URL of their choosing)."""
+
+    bearer_token: KeyRef | None = None
+    username: KeyRef | None = None
+    password: KeyRef | None = None
+    ca_secret: KeyRef | None = None
+    ca_configmap: KeyRef | None = None
+    insecure_skip_verify: bool = False
+
+    @property
+    def any(self) -> bool:
+        return any((self.bearer_token, self.username, self.ca_secret, self.ca_configmap,
+                    self.insecure_skip_verify))
+
+
+#: the label a Secret must carry for the operator to send it to a Prometheus
+CREDENTIALS_LABEL = "elastore.io/prometheus-credentials"
+
+
+@dataclass(frozen=True)
 class Prometheus:
     url: str
     stale_after_s: float = 120.0
@@ -125,6 +123,11 @@ class Prometheus:
     pod_label: str = "pod"
     #: the SLO's percentile: which latency percentile ``latencyMs`` reads
     percentile: int = 95
+    #: which exporter's metric names the default queries use
+    preset: str = DEFAULT_PRESET
+    #: the target's replication factor (a preset that counts replica writes divides by it)
+    replication_factor: int = 3
+    auth: PrometheusAuth = field(default_factory=lambda: PrometheusAuth())
 
     def scope(self, namespace: str, target: str) -> str:
         """The label matchers that keep the default queries to the target's own pods."""
@@ -140,16 +143,26 @@ class Prometheus:
         return ",".join(parts)
 
     def query(self, name: str, namespace: str, target: str) -> str:
-        """The PromQL for ``name``: the spec's own, else the default, scoped to the target."""
+        """The PromQL for ``name``: the spec's own, else the preset's, scoped to the
+        target. A quantity the preset's exporter does not have (streaming, for some) is a
+        :class:`MetricsError` (``MetricsMissing``): absent, never 0."""
         if name in self.queries:
             return self.queries[name]
-        if name not in DEFAULT_QUERIES:
+        if name not in QUERY_NAMES:
             raise SpecError(f"no query {name!r} in spec.metrics.prometheus.queries",
                             "spec.metrics.prometheus.queries")
+        templates = PRESETS[self.preset].queries()
+        if name not in templates:
+            raise MetricsError("MetricsMissing", f"{name}: the {self.preset} exporter has no "
+                                                 "such metric (set spec.metrics.prometheus."
+                                                 f"queries.{name} if yours has)")
         sel = self.scope(namespace, target)
         by = f"max by ({self.pod_label}) " if self.pod_label else ""
-        return DEFAULT_QUERIES[name].format(selector="," + sel if sel else "", by=by,
-                                            scope=sel, pct=self.percentile)
+        return templates[name].format(selector="," + sel if sel else "", selector_=sel,
+                                      by=by, scope=sel, pod=self.pod_label,
+                                      podle=f"{self.pod_label}, le" if self.pod_label else "le",
+                                      pct=self.percentile, q=f"0.{self.percentile}",
+                                      rf=self.replication_factor)
 
 
 @dataclass(frozen=True)
@@ -286,6 +299,67 @@ def _bandwidth(b: Any, store: str) -> tuple[float | None, tuple[int, ...], tuple
     return mbit, ports[0], ports[1]
 
 
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def _keyref(v: Any, where: str) -> KeyRef:
+    if not isinstance(v, dict):
+        raise SpecError("must be an object with name and key", where)
+    name, key = v.get("name"), v.get("key")
+    if not isinstance(name, str) or not _NAME.match(name) or len(name) > 253:
+        raise SpecError(f"name must be a Kubernetes object name, got {name!r}", where)
+    if not isinstance(key, str) or not _KEY.match(key) or len(key) > 253:
+        raise SpecError(f"key must be a Secret/ConfigMap key, got {key!r}", where)
+    return KeyRef(name, key)
+
+
+def _auth(p: dict[str, Any], url: str) -> PrometheusAuth:
+    """``bearerTokenSecret``, ``basicAuth`` and ``tlsConfig`` of spec.metrics.prometheus."""
+    where = "spec.metrics.prometheus"
+    token = p.get("bearerTokenSecret")
+    basic = p.get("basicAuth")
+    tls = p.get("tlsConfig")
+    if token is not None and basic is not None:
+        raise SpecError("bearerTokenSecret and basicAuth are exclusive: choose one", where)
+    out: dict[str, Any] = {}
+    if token is not None:
+        out["bearer_token"] = _keyref(token, f"{where}.bearerTokenSecret")
+    if basic is not None:
+        if not isinstance(basic, dict):
+            raise SpecError("must be an object with username and password", f"{where}.basicAuth")
+        out["username"] = _keyref(basic.get("username"), f"{where}.basicAuth.username")
+        out["password"] = _keyref(basic.get("password"), f"{where}.basicAuth.password")
+    if tls is not None:
+        if not isinstance(tls, dict):
+            raise SpecError("must be an object", f"{where}.tlsConfig")
+        if not url.startswith("https://"):
+            raise SpecError("tlsConfig needs an https:// URL", f"{where}.tlsConfig")
+        skip = tls.get("insecureSkipVerify", False)
+        if not isinstance(skip, bool):
+            raise SpecError(f"must be true or false, got {skip!r}",
+                            f"{where}.tlsConfig.insecureSkipVerify")
+        ca = tls.get("ca")
+        if ca is not None:
+            if skip:
+                raise SpecError("a CA and insecureSkipVerify together: the CA would be "
+                                "ignored; choose one", f"{where}.tlsConfig")
+            if not isinstance(ca, dict) or len(ca) != 1 or not (
+                    "secret" in ca or "configMap" in ca):
+                raise SpecError("must name exactly one of secret or configMap",
+                                f"{where}.tlsConfig.ca")
+            if "secret" in ca:
+                out["ca_secret"] = _keyref(ca["secret"], f"{where}.tlsConfig.ca.secret")
+            else:
+                out["ca_configmap"] = _keyref(ca["configMap"],
+                                              f"{where}.tlsConfig.ca.configMap")
+        out["insecure_skip_verify"] = skip
+    if (token is not None or basic is not None) and not url.startswith("https://"):
+        raise SpecError("credentials are sent only over https:// (the URL is "
+                        f"{url!r})", where)
+    return PrometheusAuth(**out)
+
+
 def parse(spec: Any) -> PolicySpec:
     """Defaults applied, every rule of the CRD checked again; :class:`SpecError` names the
     first field at fault."""
@@ -391,7 +465,7 @@ def parse(spec: Any) -> PolicySpec:
         if not isinstance(url, str) or not re.match(r"^https?://", url):
             raise SpecError(f"must be an http(s) URL, got {url!r}", "spec.metrics.prometheus.url")
         queries = p.get("queries") or {}
-        known = (*DEFAULT_QUERIES, *OPTIONAL_QUERIES)
+        known = (*KNOWN_QUERIES, *OPTIONAL_QUERIES)
         unknown = sorted(set(queries) - set(known))
         if unknown:
             raise SpecError(f"unknown quer(ies) {', '.join(unknown)} (known: "
@@ -404,7 +478,11 @@ def parse(spec: Any) -> PolicySpec:
                           selector=str(p.get("selector", "")),
                           queries={str(k): str(v) for k, v in queries.items()},
                           namespace_label=_label(p, "namespaceLabel", "namespace"),
-                          pod_label=_label(p, "podLabel", "pod"), percentile=pct)
+                          pod_label=_label(p, "podLabel", "pod"), percentile=pct,
+                          replication_factor=rf,
+                          preset=_enum(p.get("preset", DEFAULT_PRESET), tuple(PRESETS),
+                                       "spec.metrics.prometheus.preset"),
+                          auth=_auth(p, url))
     if mode == "Enforce" and prom is None:
         raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "
                         "evidence", "spec.metrics")

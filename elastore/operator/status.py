@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -166,6 +167,42 @@ class PolicyApi:
             except ApiException as exc2:
                 raise ElastoreError(f"creating ConfigMap {ns}/{name}: {exc2.reason}") \
                     from exc2
+
+
+def kube_reader(api_client: Any) -> Callable[[str, str, str, str], str]:
+    """Reads one key of a Secret or ConfigMap for the Prometheus credentials of a policy
+    (:func:`elastore.operator.metrics.resolve_credentials`). A Secret is used only when it
+    carries the label ``elastore.io/prometheus-credentials: "true"``: a policy's author
+    who may not read a Secret cannot have the operator send it to a URL of their choosing."""
+    import base64
+
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    from elastore.operator.spec import CREDENTIALS_LABEL
+
+    core = client.CoreV1Api(api_client)
+
+    def read(kind: str, ns: str, name: str, key: str) -> str:
+        try:
+            obj: Any = core.read_namespaced_secret(name, ns) if kind == "Secret" else \
+                core.read_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            raise ElastoreError(f"{kind} {ns}/{name} (spec.metrics.prometheus credentials): "
+                                f"{exc.reason}") from exc
+        data = obj.data or {}
+        if key not in data:
+            raise ElastoreError(f"{kind} {ns}/{name} has no key {key!r}")
+        if kind == "ConfigMap":
+            return str(data[key])
+        labels = obj.metadata.labels or {}
+        if labels.get(CREDENTIALS_LABEL) != "true":
+            raise ElastoreError(f"Secret {ns}/{name} is not labelled {CREDENTIALS_LABEL}="
+                                "\"true\": the operator sends only Secrets marked for it to "
+                                "a Prometheus")
+        return base64.b64decode(data[key]).decode()
+
+    return read
 
 
 def owner_reference(body: dict[str, Any]) -> dict[str, Any]:
