@@ -132,7 +132,11 @@ class CassandraMetrics:
 
     def __init__(self, rps: float = 0.0, read_ratio: float = 0.95,
                  data_bytes: float = 3 * GIB,
-                 clusters: dict[tuple[str, str], tuple[int, int]] | None = None) -> None:
+                 clusters: dict[tuple[str, str], tuple[int, int]] | None = None,
+                 latency_ms: Callable[[float], float] | None = None) -> None:
+        """``latency_ms``: each serving pod's p95 (and p99, 1.5 x) for its requests/s,
+        exported as the JMX exporter's ``..._95thpercentile`` gauges (microseconds);
+        None: no latency series, as before."""
         from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
         # the JMX exporter publishes Cassandra's counters as plain samples named *_count
@@ -147,6 +151,10 @@ class CassandraMetrics:
                           ["name", *labels], registry=self.reg)
         self.stream = Gauge("org_apache_cassandra_metrics_streaming_count", "bytes",
                             ["name", *labels], registry=self.reg)
+        self.latency_ms = latency_ms
+        self.pct = {q: Gauge(f"org_apache_cassandra_metrics_clientrequest_{q}thpercentile",
+                             "latency, microseconds", ["name", "scope", *labels],
+                             registry=self.reg) for q in (95, 99)}
         self.port = free_port()
         self._server, _ = start_http_server(self.port, addr="127.0.0.1", registry=self.reg)
         self._stop = threading.Event()
@@ -189,6 +197,11 @@ class CassandraMetrics:
                 self.req.labels("Latency", "Read", ns, pod).inc(n * share * self.read_ratio)
                 self.req.labels("Latency", "Write", ns, pod).inc(
                     n * share * (1 - self.read_ratio))
+                if self.latency_ms is not None and share:
+                    lat_us = 1000 * self.latency_ms(self.rps / serving)
+                    for scope in ("Read", "Write"):
+                        self.pct[95].labels("Latency", scope, ns, pod).set(lat_us)
+                        self.pct[99].labels("Latency", scope, ns, pod).set(1.5 * lat_us)
 
     def _run(self) -> None:
         t = time.monotonic()

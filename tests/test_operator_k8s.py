@@ -468,6 +468,56 @@ def test_the_chart_installs_and_its_rbac_is_enough(cp: ControlPlane, prom: Prome
         op.stop()
 
 
+def test_learning_keeps_its_model_in_an_owned_configmap_across_a_restart(
+        cp: ControlPlane, tmp_path: Path) -> None:
+    """A policy without a capacity model learns one (issue 18) on the real API server: the
+    per-node latencies come through a real Prometheus, the learned model is written to the
+    ConfigMap <policy>-capacity-model owned by the policy, a restarted operator continues
+    its evidence (not from the prior again), and deleting the policy deletes the ConfigMap
+    (the garbage collector, by the owner reference)."""
+    ns = namespace(cp, "learn")
+    # an M/M/1-like node: 5 ms at no load, saturated at 400 requests/s
+    class Exact(CassandraMetrics):
+        SPARE = 0  # the three pods' series only
+
+    metrics = Exact(rps=600.0, clusters={(ns, "cass"): (3, 3)},
+                    latency_ms=lambda rps: 5.0 / max(0.02, 1 - rps / 400.0))
+    prom = Prometheus(tmp_path / "prom", [metrics.target])
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
+    cm = "orders-capacity-model"
+    try:
+        cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url,
+                                                         slo={"latencyMs": 30}))
+        st = wait_until("three periods of learning", lambda: status_when(
+            cp, "orders", ns, lambda s: (s.get("model") or {}).get("samples", 0) >= 9), 180)
+        model = st["model"]
+        assert model["source"] == "learned" and model["configMap"] == cm, op.tail()
+        assert model["observation"].startswith("3 of 3 node(s) observed")
+        assert model["priorCapacityRps"] > 0 and model["capacityRps"] > 0
+        uid = get(cp, "elasticpolicy", "orders", ns)["metadata"]["uid"]
+        owners = get(cp, "configmap", cm, ns)["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["name"], o["uid"]) for o in owners] == [
+            ("ElasticPolicy", "orders", uid)]
+    finally:
+        assert op.stop() == 0, op.tail()
+    before = status(cp, "orders", ns)["model"]["samples"]
+    data = json.loads(get(cp, "configmap", cm, ns)["data"]["model.json"])
+    stored = data["capacity"]["training"]["online"]["learner"]["observations"]
+    assert stored == before
+    op = OperatorProcess(cp.kubeconfig, tmp_path / "op2.log")
+    try:
+        st = wait_until("the restarted operator learning on", lambda: status_when(
+            cp, "orders", ns, lambda s: s["model"]["samples"] >= before + 3), 120)
+        assert st["model"]["samples"] >= before + 3  # continued, not started over
+        cp.kubectl("delete", "elasticpolicy", "orders", "-n", ns, "--wait=true")
+        wait_until("the learned model's ConfigMap collected with its policy", lambda: cp.kubectl(
+            "get", "configmap", cm, "-n", ns, check=False).returncode != 0, 120)
+    finally:
+        assert op.stop() == 0, op.tail()
+        prom.close()
+        metrics.close()
+
+
 # ------------------------------------------------------------------------------------------
 NAMESPACED = (DRIFT_NS, "tamper")  # served by a namespaced install of the chart
 
