@@ -15,7 +15,11 @@ law of elastore/models/synthetic.py (the placeholder model) while the prior has 
 profile's *shape*, scaled to K x the truth's capacity, so the family the learner fits does
 not contain the truth.
 
-Usage: .venv/bin/python benchmarks/online_calibration.py [--mismatch] [--jobs N]
+``--operator`` adds the operator's own path (the ``operator`` controller: its runner learning
+through ``spec.capacityModel.learn`` from per-node readings, the ConfigMap and status.model)
+on the default window, K = 2 and 0.5.
+
+Usage: .venv/bin/python benchmarks/online_calibration.py [--mismatch] [--operator] [--jobs N]
 """
 
 from __future__ import annotations
@@ -37,10 +41,12 @@ HOUR_SECONDS = 600.0
 STEP_S = 10.0
 
 
-def job(args: tuple[str, float | None, str]) -> dict[str, Any]:
-    """One replay of prorenata: (window start, prior scale or None for the true model,
-    truth: lab | placeholder)."""
-    start, scale, truth = args
+def job(args: tuple[str, float | None, str] | tuple[str, float | None, str, str]
+        ) -> dict[str, Any]:
+    """One replay: (window start, prior scale or None for the true model, truth: lab |
+    placeholder[, controller: prorenata (default) | operator])."""
+    start, scale, truth = args[:3]
+    ctrl = args[3] if len(args) > 3 else "prorenata"
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     import numpy as np
     import pandas as pd
@@ -68,8 +74,8 @@ def job(args: tuple[str, float | None, str]) -> dict[str, Any]:
     s = pd.Timestamp(start)
     i0, h = locate(series, s, s + pd.Timedelta(days=14, hours=23))
     t0 = time.perf_counter()
-    res = simulate(series, i0, h, ["prorenata"], ms, cfg, truth, prior=prior)
-    run = res.runs["prorenata"]
+    res = simulate(series, i0, h, [ctrl], ms, cfg, truth, prior=prior)
+    run = res.runs[ctrl]
     day = int(24 * HOUR_SECONDS / STEP_S)
     viol = run.p95_ms > res.slo_ms
     out: dict[str, Any] = {
@@ -94,10 +100,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mismatch", action="store_true",
                     help="also the out-of-family case (placeholder truth, lab-shaped prior)")
+    ap.add_argument("--operator", action="store_true",
+                    help="also the operator's own learning path (default window, K 2, 0.5)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
     truths = ["lab", "placeholder"] if a.mismatch else ["lab"]
-    jobs = [(w, k, t) for t in truths for w in WINDOWS for k in (None, *SCALES, *EXTRA_SCALES)]
+    jobs: list[Any] = [(w, k, t) for t in truths for w in WINDOWS
+                       for k in (None, *SCALES, *EXTRA_SCALES)]
+    if a.operator:
+        jobs += [(WINDOWS[0], k, "lab", "operator") for k in (None, *SCALES)]
     print(f"running {len(jobs)} replays on {a.jobs} worker(s) ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     with ProcessPoolExecutor(max_workers=a.jobs) as pool:
@@ -127,6 +138,19 @@ def main() -> None:
                       f"{'never' if first is None else first} | "
                       f"{r['violation_pct_day1']:.2f} % | {r['violation_pct_after_day1']:.2f} % | "
                       f"{ratio:.3f} | {verdict} |")
+
+
+    if a.operator:
+        print("\nThe operator's own path (controller `operator`), default window:\n")
+        print("| K | error end of day 3 | error at end | confidence end | violations after "
+              "day 1 | VM-h after day 3 / true model's (operator) |")
+        print("|---:|---:|---:|---:|---:|---:|")
+        base = results[(WINDOWS[0], None, "lab", "operator")]
+        for k in SCALES:
+            r = results[(WINDOWS[0], k, "lab", "operator")]
+            print(f"| {k:g} | {r['error_day3_pct']:.1f} % | {r['model_error_pct']:.1f} % | "
+                  f"{r['confidence_end']:.2f} | {r['violation_pct_after_day1']:.2f} % | "
+                  f"{r['vm_hours_after_day3'] / base['vm_hours_after_day3']:.3f} |")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,7 +40,9 @@ ROWS, VALUE_BYTES = 6000, 10 * 1024  # ~60 MiB of incompressible values, RF 2
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     d = tmp_path_factory.mktemp("lab")
     try:
-        lab.up(3, "256M", d=d, namespace=NS)
+        # a second exporter per node with the JMX exporter's example naming: the
+        # jmx-exporter-example preset against the real exporter
+        lab.up(3, "256M", d=d, namespace=NS, example_exporter=True)
     except Exception as exc:  # a required component that cannot start is a failure
         lab.down(d)
         pytest.fail(f"the Cassandra lab did not come up: {exc}")
@@ -105,6 +108,79 @@ def test_load_generator_replays_a_workload(cluster: Path, tmp_path: Path) -> Non
     assert raw is not None
     result = json.loads(raw)["data"]["result"]
     assert result and max(float(r["value"][1]) for r in result) > 0, raw
+
+
+def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
+                                                             tmp_path: Path) -> None:
+    """The jmx-exporter preset (the lab's naming: coordinator ClientRequest metrics) and
+    the jmx-exporter-example preset (the example's naming: replica-local keyspace
+    metrics) evaluated by the lab's Prometheus on the real exporters of three real nodes
+    under load (consistency ONE, RF 2): the same client load per node from both, each
+    node's latency, the same data; the example has no streaming metric (an error, not 0)."""
+    import subprocess
+    import sys
+    import urllib.parse
+
+    from elastore.errors import MetricsError
+    from elastore.operator.spec import parse
+    from elastore.traces import read_pages_csv
+    from elastore.traces.workload import BuildParams, build_workload
+
+    rows = ["hour_utc,page,requests"]
+    for h in range(3):
+        for i in range(200):
+            rows.append(f"2016-01-01 {h:02d}:00:00,P{i},{int(5000 * (i + 1) ** -1.1) + 100}")
+    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
+    wl = build_workload(read_pages_csv(tmp_path / "p.csv"),
+                        BuildParams(hour_seconds=30.0, windows_per_hour=2, peak_rps=150.0,
+                                    write_fraction=0.2))
+    wl.save(tmp_path / "wl.json")
+    env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
+    load = subprocess.Popen([sys.executable, "-m", "elastore", "load", "run",
+                             str(tmp_path / "wl.json"), "--out", str(tmp_path / "load.csv")],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    state = lab.LabState.load(cluster)
+    assert state is not None
+
+    def prom(preset: str) -> Any:
+        spec = parse({"target": {"name": "x", "replicationFactor": 2},
+                      "replicas": {"min": 2, "max": 4}, "slo": {"latencyMs": 30},
+                      "metrics": {"prometheus": {"url": "http://lab", "preset": preset,
+                                                 "namespaceLabel": "",
+                                                 "podLabel": "instance"}}})
+        return spec.prometheus
+
+    def ask(preset: str, name: str) -> dict[str, float]:
+        q = prom(preset).query(name, "", "")
+        raw = lab.prometheus_get(state, "/api/v1/query?query=" + urllib.parse.quote(q))
+        assert raw is not None, q
+        out = {}
+        for r in json.loads(raw)["data"]["result"]:
+            node = r["metric"].get("instance", "all").split(":")[0]
+            out[node] = float(r["value"][1])
+        return out
+
+    try:
+        time.sleep(55)  # the load's first minute: both namings' rates over the same window
+        got = {p: {n: ask(p, n) for n in ("readRps", "writeRps", "dataBytes", "nodeReadRps",
+                                          "nodeWriteRps", "nodeLatencyMs")}
+               for p in ("jmx-exporter", "jmx-exporter-example")}
+    finally:
+        _, err = load.communicate(timeout=300)
+    assert load.returncode == 0, err[-2000:]
+    lab_, ex = got["jmx-exporter"], got["jmx-exporter-example"]
+    assert lab_["readRps"]["all"] > 20, lab_  # the load ran
+    # a read at consistency ONE is one replica read; a write is written on both replicas
+    assert ex["readRps"]["all"] == pytest.approx(lab_["readRps"]["all"], rel=0.2)
+    assert ex["writeRps"]["all"] == pytest.approx(lab_["writeRps"]["all"], rel=0.2)
+    assert ex["dataBytes"]["all"] == pytest.approx(lab_["dataBytes"]["all"], rel=0.05)
+    ips = {n.spec.ip for n in state.nodes}
+    for p in got.values():
+        assert set(p["nodeLatencyMs"]) == ips, p  # every node's own latency
+        assert all(0 < v < 10_000 for v in p["nodeLatencyMs"].values()), p
+        assert set(p["nodeReadRps"]) == ips
+    with pytest.raises(MetricsError, match="no such metric"):
+        prom("jmx-exporter-example").query("migrationMiBps", "", "")
 
 
 def test_bwman_step_actuates_tc_and_the_stream_throttle(cluster: Path) -> None:

@@ -266,6 +266,41 @@ def test_the_operator_itself_runs_in_the_simulator(series, ms) -> None:  # type:
     assert vm["operator"] == pytest.approx(vm["prorenata"], rel=0.1), vm
 
 
+@pytest.mark.slow
+def test_learning_online_in_the_simulator_through_both_paths(series, ms) -> None:  # type: ignore[no-untyped-def]
+    """--learn-online --prior-scale 2: prorenata (the loop with the learner) and the
+    operator (its runner learning through spec.capacityModel.learn from per-node
+    readings, its ConfigMap in memory) both start from twice the true capacity and end
+    near it; the JSON says how far off each is."""
+    from elastore.sim import controllers
+
+    kept = []
+    attach = controllers.OperatorController.attach
+
+    def keep(self, *a):  # type: ignore[no-untyped-def]
+        attach(self, *a)
+        kept.append(self)
+
+    i0, h = locate(series, "2009-03-09", "2009-03-10 23:00")
+    cfg = SimConfig(learn_online=True, prior_scale=2.0)
+    controllers.OperatorController.attach = keep  # type: ignore[method-assign]
+    try:
+        res = simulate(series, i0, h, ["operator", "prorenata"], ms, cfg, "test")
+    finally:
+        controllers.OperatorController.attach = attach  # type: ignore[method-assign]
+    doc = res.to_json()["controllers"]
+    for name in ("operator", "prorenata"):
+        err = doc[name]["model_error_pct_by_day"]
+        assert len(err) == 2 and doc[name]["model_error_pct"] == err[-1]
+        assert err[-1] < 10, (name, err)  # from 100 % off (K = 2)
+    op = kept[0]
+    model = op.policies.status["model"]
+    assert model["source"] == "learned" and model["samples"] > 20
+    assert op.policies.configmaps  # the learned model, kept as the operator keeps it
+    true_cap = float(ms.capacity.capacity(0.95, 0.0, 0.0))
+    assert model["priorCapacityRps"] == pytest.approx(2 * true_cap, rel=0.03)
+
+
 def test_long_migrations_neither_ratchet_nor_cost_more_than_the_peak(series) -> None:  # type: ignore[no-untyped-def]
     """1000 GiB on the lab profile: a node takes hours of migration. The window scheduler
     ratchets up (it never fits a decommission in a window); the horizon planner stays

@@ -70,6 +70,29 @@ rules:
 """
 
 
+#: a second JMX exporter on each node (``lab up --example-exporter``, port
+#: EXAMPLE_EXPORTER_PORT) with the naming of the JMX exporter's own example configuration
+#: for Cassandra (prometheus/jmx_exporter@4b843c693 examples/cassandra.yml, lines 1-2, 64-94):
+#: what the ``jmx-exporter-example`` preset reads, restated for the MBeans it reads (the
+#: example's whitelist has more), so that the preset is tested against the real exporter
+_BEAN = r"org.apache.cassandra.metrics<type=(\S*)(?:, ((?!scope)\S*)=(\S*))?(?:, scope=(\S*))?"
+_LABELS = '  labels:\n    "$1": "$4"\n    "$2": "$3"\n'
+EXAMPLE_EXPORTER_CONFIG = (
+    "lowercaseOutputLabelNames: true\nlowercaseOutputName: true\nincludeObjectNames:\n"
+    '  - "org.apache.cassandra.metrics:type=Keyspace,name=ReadLatency,*"\n'
+    '  - "org.apache.cassandra.metrics:type=Keyspace,name=WriteLatency,*"\n'
+    '  - "org.apache.cassandra.metrics:type=Storage,name=Load,*"\n'
+    "rules:\n"
+    f"- pattern: {_BEAN}, name=((?:.+)?(?:Latency))><>Count\n"
+    f"  name: cassandra_$1_$5_seconds_count\n  type: UNTYPED\n{_LABELS}"
+    f"- pattern: {_BEAN}, name=(.+)><>Count\n"
+    f"  name: cassandra_$1_$5_count\n  type: UNTYPED\n{_LABELS}"
+    f"- pattern: {_BEAN}, name=((?:.+)?(?:Latency))><>(\\d+)thPercentile\n"
+    f"  name: cassandra_$1_$5_seconds\n  type: GAUGE\n{_LABELS}"
+    '    quantile: "0.$6"\n  valueFactor: 0.000001\n')
+EXAMPLE_EXPORTER_PORT = 9501
+
+
 def streaming_outgoing_bytes(ns: str, node: NodeSpec) -> float | None:
     """Total bytes this node has streamed out (its exporter), or None if unreachable."""
     res = subprocess.run(netns.command(ns, ["curl", "-s", "--max-time", "2",
@@ -140,6 +163,11 @@ class NodeSpec:
     def metrics(self) -> str:
         return f"{self.ip}:{EXPORTER_PORT}"
 
+    @property
+    def example_metrics(self) -> str:
+        """The second exporter's address (``lab up --example-exporter``)."""
+        return f"{self.ip}:{EXAMPLE_EXPORTER_PORT}"
+
 
 def write_config(node: NodeSpec, seeds: str) -> Path:
     """cassandra.yaml, logback.xml and the exporter config for one node."""
@@ -186,15 +214,19 @@ write_request_timeout: 5000ms
 </configuration>
 """)
     (r / "exporter.yaml").write_text(EXPORTER_CONFIG)
+    (r / "exporter-example.yaml").write_text(EXAMPLE_EXPORTER_CONFIG)
     return r / "cassandra.yaml"
 
 
-def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000) -> list[str]:
+def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000,
+                 example_exporter: bool = False) -> list[str]:
     r = node.root
+    example = [f"-javaagent:{exporter_jar(lib)}={node.example_metrics}:"
+               f"{r / 'exporter-example.yaml'}"] if example_exporter else []
     return [
         "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k",
         *JAVA_MODULE_FLAGS,
-        f"-javaagent:{exporter_jar(lib)}={node.metrics}:{r / 'exporter.yaml'}",
+        f"-javaagent:{exporter_jar(lib)}={node.metrics}:{r / 'exporter.yaml'}", *example,
         f"-Dcassandra.config=file://{r / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={r}", f"-Dcassandra.logdir={r / 'logs'}",
         f"-Dlogback.configurationFile={r / 'logback.xml'}",
@@ -244,7 +276,8 @@ def ensure_bindsrc() -> Path:
 
 
 def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | None = None,
-               cpus: list[int] | None = None) -> subprocess.Popen[bytes]:
+               cpus: list[int] | None = None, example_exporter: bool = False
+               ) -> subprocess.Popen[bytes]:
     """Start the node inside ``ns``; ``ip netns exec`` execs java, so the PID is java's.
     Its outgoing connections leave from its own address (:func:`ensure_bindsrc`). With
     ``group``, the process joins that cgroup before it execs (so all of it is counted);
@@ -258,7 +291,8 @@ def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | Non
         if cpus:
             os.sched_setaffinity(0, cpus)
 
-    return subprocess.Popen(netns.command(ns, node_command(node, lib, heap)), stdout=log,
+    return subprocess.Popen(netns.command(ns, node_command(
+        node, lib, heap, example_exporter=example_exporter)), stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env,
                             preexec_fn=join)
 

@@ -89,6 +89,9 @@ class LabState:
     store_cpus: list[int] = field(default_factory=list)
     #: the CFS period of the CPU limit, µs (cgroups.CFS_PERIOD_US: the kernel's default)
     cfs_period_us: int = cgroups.CFS_PERIOD_US
+    #: a second JMX exporter per node with the JMX exporter's example naming (job
+    #: cassandra-example), for the ``jmx-exporter-example`` preset
+    example_exporter: bool = False
 
     def node_ns(self, node: NodeState) -> str:
         """Where the node's JVM runs (and its JMX answers on 127.0.0.1)."""
@@ -173,6 +176,15 @@ def _prometheus_config(state: LabState) -> Path:
     else:
         targets = "      - targets: [{}]\n".format(
             ", ".join(f"'{n.spec.metrics}'" for n in state.nodes))
+    example = ""
+    if state.example_exporter:
+        labels = [f"        labels: {{namespace: '{state.pods.split('/', 1)[0]}', "
+                  f"pod: '{state.pods.split('/', 1)[1]}-{n.n - 1}'}}\n" if state.pods
+                  else "" for n in state.nodes]
+        example = ("  - job_name: cassandra-example\n    scrape_interval: 5s\n"
+                   "    static_configs:\n" + "".join(
+                       f"      - targets: ['{n.spec.example_metrics}']\n{lab}"
+                       for n, lab in zip(state.nodes, labels, strict=True)))
     cfg = d / "prometheus.yml"
     tmp = d / "prometheus.yml.tmp"
     tmp.write_text(f"""global:
@@ -184,7 +196,7 @@ scrape_configs:
 {targets}  - job_name: loadgen
     static_configs:
       - targets: ['{LOADGEN_METRICS}']
-""")
+{example}""")
     tmp.replace(cfg)
     return cfg
 
@@ -278,7 +290,8 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
        namespace: str = NAMESPACE, pods: str = "", veth: bool = False,
        ips: list[str] | None = None, cpu_per_node: float = 0.0,
        store_cpus: list[int] | None = None,
-       cfs_period_us: int = cgroups.CFS_PERIOD_US) -> LabState:
+       cfs_period_us: int = cgroups.CFS_PERIOD_US, example_exporter: bool = False
+       ) -> LabState:
     """``pods``: "namespace/statefulset" the nodes stand in for (:attr:`LabState.pods`).
     ``veth``: each node in a namespace of its own behind a veth (:attr:`LabState.veth`),
     at ``ips`` (default 10.88.0.n). ``cpu_per_node``: each node's CPU limit in cores
@@ -312,7 +325,8 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
         raise ElastoreError(f"--store-cpus {cpus}: want some, not all, of the CPUs "
                             f"{sorted(avail)} (the rest run the clients)")
     state = LabState(namespace, heap, pods=pods, veth=veth, cpu_per_node=cpu_per_node,
-                     store_cpus=cpus, cfs_period_us=cfs_period_us)
+                     store_cpus=cpus, cfs_period_us=cfs_period_us,
+                     example_exporter=example_exporter)
     if veth:
         netns.prepare_host(namespace)
     state.save(d)
@@ -355,7 +369,7 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
         group.create(state.cpu_per_node or None, period_us=state.cfs_period_us)
     log.info("starting node %d on %s ...", n, spec.ip)
     proc = start_node(node_ns or state.netns, spec, lib, state.heap, group,
-                      state.store_cpus or None)
+                      state.store_cpus or None, example_exporter=state.example_exporter)
     node = NodeState(n, proc.pid, str(root), ip or "", node_ns, group.rel if group else "")
     state.nodes.append(node)
     state.save(d)

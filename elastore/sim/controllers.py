@@ -378,6 +378,7 @@ class OperatorController(Controller):
     name = "operator"
     tick_s: float | None = 5.0  # the runner's poll; the replay calls it once a step
     interference_aware = True
+    learns = True  # through spec.capacityModel.learn, from the replay's node readings
 
     def __init__(self, method: str = "prorenata", namespace: str = "sim",
                  store: str = "store") -> None:
@@ -389,6 +390,16 @@ class OperatorController(Controller):
         self.runner: Any = None
         self.kube: Any = None
         self.policies: Any = None
+        #: learning online: the prior's capacity factor (None: the replay's model as is),
+        #: and per window (window, learned capacity, confidence, scale-in allowed)
+        self.prior_scale: float | None = None
+        self.prior: Any = None
+        self.calibrations: list[tuple[int, float, float, bool]] = []
+
+    def learn_online(self, learner: Any, prior: Any) -> None:
+        """Learn through the operator's own path: ``spec.capacityModel.learn`` from the
+        replay's per-node readings, the prior ``prior`` (the replay's model x K)."""
+        self.prior = prior
 
     def warm(self, history: FloatArray) -> None:
         self.history = np.asarray(history, dtype=float)
@@ -408,9 +419,9 @@ class OperatorController(Controller):
                 "scaleDown": {"stabilizationSeconds": round(cfg.scale_down_stabilization_s)},
                 "planner": {"mode": "Horizon", "lookahead": f"{self.lookahead_s(ctx):g}s"},
                 "cost": {"violationPenalty": cfg.penalty},
-                # the replay's model as it is (the replay has no per-node latencies to
-                # learn from; `--learn-online` is prorenata's)
-                "capacityModel": {"learn": False},
+                # the replay's model as it is, or (`--learn-online`) learned from it x K
+                "capacityModel": {"learn": False} if self.prior_scale is None else {
+                    "learn": True, "priorScale": self.prior_scale},
                 # the URL is never dialled: the runner's metrics source is the replay
                 "metrics": {"prometheus": {"url": "http://simulated.invalid",
                                            "queries": {"interference": "replay"}}},
@@ -428,6 +439,12 @@ class OperatorController(Controller):
         from elastore.operator.spec import parse
         from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics
 
+        # learning: the runner loads the prior itself (priorScale 1), so that a prior of
+        # any shape can be given; else the replay's model as it is
+        models = ctx.models
+        if self.prior is not None:
+            self.prior_scale = 1.0
+            models = replace(ctx.models, capacity=self.prior)
         spec = self.policy_spec(ctx)
         want = replace(ctx.cfg, mode="horizon", lookahead_s=self.lookahead_s(ctx))
         if planner_config(parse(spec)) != want:
@@ -440,6 +457,9 @@ class OperatorController(Controller):
         self._ctx_interference = 0.0
         metrics = TraceMetrics.piecewise_linear(times[ok], values[ok], ctx.read_ratio,
                                                 cluster.total_bytes, self._interference)
+        if self.prior is not None:
+            metrics.node_readings = self._node_readings
+        self._node: tuple[float, float | None, float, int] = (0.0, None, 0.0, 1)
         # volumes that never bind the free-space check (the replay models no disk), and
         # the policy's replication factor for the ring's one keyspace
         self.kube = SimulatedKube(cluster, self.namespace, self.store, pvc_template=None,
@@ -448,18 +468,35 @@ class OperatorController(Controller):
         self.kube.keyspaces = {"data": parse(spec).target.replication_factor}
         self.policies = MemoryPolicies.of(self.namespace, "policy", spec)
         self.runner = Runner(self.namespace, "policy", self.policies, self.kube,
-                             lambda _spec: ctx.models, clock=lambda: self.kube.now_s,
+                             lambda _spec: models, clock=lambda: self.kube.now_s,
                              source=lambda _spec, _ns: metrics)
 
     def _interference(self, _t: float) -> float:
         return self._ctx_interference
 
+    def _node_readings(self, _t: float) -> dict[str, Any]:
+        """Every serving node's readings now: the load split evenly, the latency the
+        replay measured (None while a node leaves), the streaming rate."""
+        from elastore.operator.metrics import NodeReading
+
+        load, lat, mig, n = self._node
+        r = self._read_ratio
+        return {f"{self.store}-{k}": NodeReading(load / n * r, load / n * (1 - r), lat, mig)
+                for k in range(n)}
+
     def on_tick(self, ctx: Context) -> SetPoints:
         self.kube.now_s = ctx.now_s
         self._ctx_interference = ctx.interference
+        self._node = (ctx.load_now, ctx.latency_ms, ctx.migration_now, max(1, ctx.serving))
+        self._read_ratio = ctx.read_ratio
         if ctx.now_s + 1e-9 >= self.next_s:
             wait = self.runner.tick()
             self.next_s = ctx.now_s + wait
+            m = self.policies.status.get("model") or {}
+            if m.get("source") == "learned" and m.get("capacityRps") and (
+                    not self.calibrations or self.calibrations[-1][0] != ctx.k):
+                self.calibrations.append((ctx.k, float(m["capacityRps"]),
+                                          float(m["confidence"]), bool(m["scaleInAllowed"])))
             fc = self.policies.status.get("forecast") or {}
             mem = self.policies.status.get("memory") or {}
             if fc and mem.get("forecastForEpoch") is not None:

@@ -293,6 +293,9 @@ class TraceMetrics:
     queries: int = 0
     #: how many nodes report (a partial scrape); None: the source cannot tell
     nodes: Callable[[], int | None] = lambda: None
+    #: each node's own readings at a time (the replay's measured latencies, for a policy
+    #: that learns its capacity model); None: the replay has none
+    node_readings: Callable[[float], dict[str, NodeReading]] | None = None
 
     @classmethod
     def piecewise_linear(cls, times_s: FloatArray, values_rps: FloatArray,
@@ -323,7 +326,9 @@ class TraceMetrics:
         raise MetricsError("MetricsMissing", f"the replay has no {name!r} series")
 
     def per_node(self, at_s: float) -> dict[str, NodeReading]:
-        raise MetricsError("MetricsMissing", "the replay has no per-node series")
+        if self.node_readings is None:
+            raise MetricsError("MetricsMissing", "the replay has no per-node series")
+        return self.node_readings(at_s)
 
 
 def _host_id(k: int) -> str:
