@@ -556,6 +556,18 @@ class CapacityModel:
         return model
 
 
+#: spreads below which a profiled quantity counts as one setting (read ratio; MiB/s per
+#: server; interference index)
+HELD_TOLERANCE = {"read_ratio": 0.01, "migration": 0.1, "interference": 0.01}
+
+
+def _held(values: FloatArray, tolerance: float) -> FloatArray:
+    """``values``, or their median everywhere when they spread less than ``tolerance``."""
+    if len(values) and float(np.ptp(values)) < tolerance:
+        return np.full_like(values, float(np.median(values)))
+    return values
+
+
 def fit_capacity(samples: dict[str, FloatArray], slo_ms: float, percentile: int = 95,
                  seed: int = 0) -> CapacityModel:
     """Fit the SLO-border model from profiling samples (one row per server-interval)."""
@@ -576,6 +588,13 @@ def fit_capacity(samples: dict[str, FloatArray], slo_ms: float, percentile: int 
         raise ModelError(f"{n} samples are too few to learn an SLO border (need >= 30)")
     with np.errstate(invalid="ignore", divide="ignore"):
         rr = np.where(load > 0, read / np.where(load > 0, load, 1), 1.0)
+    # A setting the sweep held fixed (one read ratio, no migration) still varies a little
+    # from window to window as measured; the trees would split on that noise and the
+    # capacity jump between two neighbouring "settings" (a one-ratio sweep gave 66 and 191
+    # requests/s at read ratios 0.94999 and 0.95002). Such a column is its median.
+    rr, mig, inter = (_held(v, tol) for v, tol in ((rr, HELD_TOLERANCE["read_ratio"]),
+                                                   (mig, HELD_TOLERANCE["migration"]),
+                                                   (inter, HELD_TOLERANCE["interference"])))
     x = np.column_stack([load, rr, mig, inter])
     # The regression target is the *inverse* latency, in units of the SLO: for a queueing
     # server 1/latency falls about linearly with load (M/M/1: p95 = q S / (1 - rho)), so a
