@@ -604,11 +604,16 @@ def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom:
     cases[hpa_ns] = "TargetContended"
     two = namespace(cp, "owner-two")
     cases[two] = "TargetContended"
+    # a second policy in Recommend beside the Enforce one (a shadow) writes nothing: no
+    # contender, the Enforce policy acts
+    shadow = namespace(cp, "owner-shadow")
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
     try:
-        for ns in cases:
+        for ns in [*cases, shadow]:
             cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
         cp.kubectl("apply", "-f", "-", stdin=enforce_policy(two, prom.url, name="second"))
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(shadow, prom.url, name="shadow",
+                                                            mode="Recommend"))
         for ns, reason in cases.items():
             st = wait_until(f"a {reason} conflict in {ns}", lambda ns=ns, r=reason: status_when(
                 cp, "orders", ns, lambda s: cond(s, "Conflict").get("reason") == r and
@@ -625,6 +630,10 @@ def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom:
             assert any(e["reason"] == reason and e["type"] == "Warning"
                        for e in events(cp, ns, "orders")), ns
         assert "ElasticPolicy/second" in cond(status(cp, "orders", two), "Conflict")["message"]
+        st = status(cp, "orders", shadow)
+        assert cond(st, "Conflict").get("reason") == "NoConflict", st
+        assert get(cp, "statefulset", "cass", shadow)["spec"]["replicas"] > 3, st
+        assert cond(status(cp, "shadow", shadow), "Conflict").get("status") != "True"
         assert "Forbidden" not in op.tail(20000)
     finally:
         op.stop()

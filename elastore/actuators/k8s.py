@@ -155,7 +155,12 @@ class KubeActuator:
         except ApiException as exc:
             raise ElastoreError(f"listing ElasticPolicies in {ns}: {exc.reason}") from exc
         for o in pols.get("items", []):
-            tgt = ((o.get("spec") or {}).get("target") or {}).get("name")
+            spec = o.get("spec") or {}
+            # a Recommend policy (the CRD's default mode) never writes the target: a shadow
+            # policy beside an Enforce one (a second opinion, the prior alone) is no contender
+            if spec.get("mode", "Recommend") != "Enforce":
+                continue
+            tgt = (spec.get("target") or {}).get("name")
             if tgt == name and o["metadata"]["name"] != policy:
                 found.append(f"ElasticPolicy/{o['metadata']['name']}")
         return sorted(found)

@@ -49,7 +49,8 @@ class ClusterPort(Protocol):
 
     def contenders(self, ns: str, name: str, policy: str) -> list[str]:
         """Whatever else scales this StatefulSet: HorizontalPodAutoscalers, KEDA
-        ScaledObjects and ElasticPolicies other than ``policy``, as "Kind/name"."""
+        ScaledObjects and ElasticPolicies in Enforce other than ``policy``, as "Kind/name"
+        (a policy in Recommend only reads)."""
 
     def pod(self, ns: str, name: str) -> tuple[bool, bool]:
         """(exists, ready); a pod being deleted exists and is not ready."""

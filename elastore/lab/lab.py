@@ -165,6 +165,18 @@ def _stop(pid: int, root: str, timeout: float = 30, program: str = "CassandraDae
     return True
 
 
+def pod_labels(state: LabState, address: str) -> dict[str, str]:
+    """``namespace`` and ``pod`` of the node at ``address`` when the lab stands in for a
+    StatefulSet's pods (node n is pod <statefulset>-(n-1)); empty otherwise."""
+    if not state.pods:
+        return {}
+    ns, sts = state.pods.split("/", 1)
+    for n in state.nodes:
+        if n.spec.ip == address:
+            return {"namespace": ns, "pod": f"{sts}-{n.n - 1}"}
+    return {}
+
+
 def _prometheus_config(state: LabState) -> Path:
     d = Path(state.prometheus_dir)
     d.mkdir(parents=True, exist_ok=True)

@@ -68,10 +68,17 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
     netns.run_inside(state.netns)  # re-enter the lab's namespace
     from elastore.lab.loadgen import run
 
+    lab_d = lab.lab_dir()
+
+    def node_labels(address: str) -> dict[str, str]:
+        """The pod a node stands in for (read again: nodes join while the load runs)."""
+        now = lab.LabState.load(lab_d)
+        return lab.pod_labels(now, address) if now is not None else {}
+
     rows = run(wl, [n.spec.ip for n in state.nodes], out, concurrency=concurrency,
                rate_scale=rate_scale, windows=_windows(windows), keyspace=keyspace,
                preload=not no_preload, metrics_addr=lab.LOADGEN_METRICS, seed=seed,
-               routing=routing)
+               routing=routing, node_labels=node_labels)
     sched = sum(r["scheduled_rps"] for r in rows) / len(rows)
     got = sum(r["achieved_rps"] for r in rows) / len(rows)
     worst = max(r["p95_ms"] for r in rows)

@@ -14,6 +14,7 @@ Must run inside the lab namespace (the CLI re-enters it).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import threading
@@ -81,7 +82,8 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
         preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
         rf: int = 2, on_start: Callable[[float], None] | None = None,
-        routing: str = "token-aware") -> list[dict[str, Any]]:
+        routing: str = "token-aware",
+        node_labels: Callable[[str], dict[str, str]] | None = None) -> list[dict[str, Any]]:
     """Replay; ``on_start`` is called with the ``time.monotonic()`` at which the first
     window starts (experiments align other events with it). ``routing``: see
     :func:`elastore.lab.cql.cluster_for`."""
@@ -97,7 +99,7 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
     keys = rng.choice(n_keys, size=len(times), p=wl.key_weight / wl.key_weight.sum())
     values = [np.random.default_rng([seed, k]).bytes(VALUE_BYTES)
               for k in range(min(n_keys, 4096))]
-    metrics = _Metrics(metrics_addr) if metrics_addr else None
+    metrics = _Metrics(metrics_addr, node_labels) if metrics_addr else None
 
     cluster = cluster_for(hosts, routing)
     session = cluster.connect()
@@ -153,7 +155,7 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
                 if pending[0] == 0:
                     done.set()
             if metrics is not None:
-                metrics.observe(ok, lat)
+                metrics.observe(ok, lat, node)
             slots.release()
 
         for i in range(len(times)):
@@ -198,9 +200,13 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 class _Metrics:
-    """Counters and a latency histogram, plus p95/p99 gauges over the last 10 s."""
+    """Counters and a latency histogram, plus p95/p99 gauges over the last 10 s, and the
+    p95 per coordinator node (``elastore_load_node_p95_ms``: the client's latency per
+    server, what an SLO border per node is learned from). ``node_labels`` names a node's
+    address (``namespace`` and ``pod`` when the lab stands in for a StatefulSet's pods)."""
 
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str,
+                 node_labels: Callable[[str], dict[str, str]] | None = None) -> None:
         from prometheus_client import (
             CollectorRegistry,
             Counter,
@@ -220,26 +226,53 @@ class _Metrics:
                          registry=self.reg)
         self.p99 = Gauge("elastore_load_p99_ms", "p99 latency over the last 10 s",
                          registry=self.reg)
+        self.node_p95 = Gauge("elastore_load_node_p95_ms", "p95 latency over the last 10 s "
+                              "of the requests each node coordinated",
+                              ["node", "namespace", "pod"], registry=self.reg)
+        self.node_labels = node_labels
         self.recent: deque[tuple[float, float]] = deque()
+        self.by_node: dict[str, deque[tuple[float, float]]] = {}
         self.lock = threading.Lock()
         start_http_server(int(port), addr=host, registry=self.reg)
         threading.Thread(target=self._refresh, daemon=True).start()
 
-    def observe(self, ok: bool, lat_ms: float) -> None:
+    def observe(self, ok: bool, lat_ms: float, node: str = "") -> None:
         self.requests.labels("ok" if ok else "error").inc()
         if ok:
             self.latency.observe(lat_ms / 1000)
+            now = time.monotonic()
             with self.lock:
-                self.recent.append((time.monotonic(), lat_ms))
+                self.recent.append((now, lat_ms))
+                if node:
+                    self.by_node.setdefault(node, deque()).append((now, lat_ms))
 
     def _refresh(self) -> None:
+        labelled: dict[str, tuple[str, str, str]] = {}
         while True:
             time.sleep(1.0)
             now = time.monotonic()
             with self.lock:
-                while self.recent and now - self.recent[0][0] > 10:
-                    self.recent.popleft()
+                for q in (self.recent, *self.by_node.values()):
+                    while q and now - q[0][0] > 10:
+                        q.popleft()
                 lat = [v for _, v in self.recent]
+                per_node = {n: [v for _, v in q] for n, q in self.by_node.items()}
             if lat:
                 self.p95.set(float(np.percentile(lat, 95)))
                 self.p99.set(float(np.percentile(lat, 99)))
+            for node, values in per_node.items():
+                if node not in labelled or not labelled[node][2]:
+                    extra = self.node_labels(node) if self.node_labels else {}
+                    new = (node, extra.get("namespace", ""), extra.get("pod", ""))
+                    if node in labelled and labelled[node] != new:  # its pod became known
+                        with contextlib.suppress(KeyError):
+                            self.node_p95.remove(*labelled[node])
+                    labelled[node] = new
+                if values:
+                    self.node_p95.labels(*labelled[node]).set(float(np.percentile(values, 95)))
+                else:  # nothing coordinated for 10 s: no latency, not 0
+                    with contextlib.suppress(KeyError):
+                        self.node_p95.remove(*labelled[node])
+                    with self.lock:
+                        if not self.by_node.get(node):
+                            self.by_node.pop(node, None)
