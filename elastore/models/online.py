@@ -51,7 +51,7 @@ from elastore.models.capacity import CLIP_X_SLO, CapacityModel, ModelError
 
 FloatArray = npt.NDArray[np.float64]
 
-LEARNER_VERSION = 1
+LEARNER_VERSION = 2  # 2: bins keep the mean square of ln latency (the scatter); 1 is read
 U_GRID = np.linspace(math.log(1 / 16), math.log(16), 193)  # ln load scale, 2.9 % apart
 A_GRID = np.linspace(-1.0, 1.0, 41)  # ln latency shift, 5 % apart
 SKIP_REASONS = ("missing", "invalid")
@@ -144,7 +144,8 @@ class CapacityLearner:
     confidence_threshold: float = 0.8
     exploration_step: float = 0.15
     border_fraction: float = 0.7
-    #: bins: (load, read ratio, migration, index, mean ln latency, weight, last seen)
+    #: bins: (load, read ratio, migration, index, mean ln latency, weight, last seen,
+    #: mean square ln latency)
     bins: dict[tuple[int, int, int, int], list[float]] = field(default_factory=dict)
     max_ok_load: float = 0.0  # the highest per-node load seen within the SLO
     border_seen: bool = False
@@ -201,22 +202,28 @@ class CapacityLearner:
                 self.skipped[why] += 1
                 continue
             self.observations += 1
+            near = p >= self.border_fraction * prior.slo_ms
+            # near the SLO at the highest load yet: the border (at a load already served
+            # well, one window's jump is a GC pause until its operating point agrees)
+            if near and load >= self.max_ok_load:
+                self.border_seen = True
             if p <= prior.slo_ms:
                 self.max_ok_load = max(self.max_ok_load, load)
-            if p >= self.border_fraction * prior.slo_ms:
-                self.border_seen = True
             key = (round(math.log(load) / math.log(1.05)), round(r * 20),
                    0 if m < 0.25 else 1 + round(math.log(m / 0.25) / math.log(1.25)),
                    round(i * 20))
             y_log = math.log(min(p, CLIP_X_SLO * prior.slo_ms))
             b = self.bins.get(key)
             if b is None:
-                b = [load, r, m, i, y_log, 0.0, 0.0]
+                b = [load, r, m, i, y_log, 0.0, 0.0, y_log * y_log]
                 self.bins[key] = b
             w = b[5] = min(b[5] + 1.0, self.memory)
             for k, v in enumerate((load, r, m, i, y_log)):
                 b[k] = _short(b[k] + (v - b[k]) / w)
+            b[7] = _short(b[7] + (y_log * y_log - b[7]) / w)
             b[6] = float(self.observations)
+            if w >= 2 and math.exp(b[4]) >= self.border_fraction * prior.slo_ms:
+                self.border_seen = True  # an operating point whose latency is near it
             if len(self.bins) > MAX_BINS:  # the least recently seen bin goes
                 del self.bins[min(self.bins, key=lambda q: self.bins[q][6])]
         return out
@@ -227,6 +234,19 @@ class CapacityLearner:
             return 0.95
         arr = np.array(list(self.bins.values()))
         return float(np.average(arr[:, 1], weights=np.minimum(arr[:, 5], self.bin_cap)))
+
+    def scatter(self) -> float:
+        """The store's own scatter of ln latency at one operating point (sd), pooled over
+        the bins seen more than once: how far one period's percentile strays from the
+        point's typical one. 0 before any bin has two observations."""
+        num = den = 0.0
+        for b in self.bins.values():
+            w = b[5]
+            if w >= 2:
+                var = max(b[7] - b[4] * b[4], 0.0) * w / (w - 1)
+                num += (w - 1) * var
+                den += w - 1
+        return math.sqrt(num / den) if den > 0 else 0.0
 
     def posterior(self, prior: CapacityModel) -> tuple[FloatArray, FloatArray]:
         """The normalised posterior weights on (U_GRID, A_GRID), and each bin's predicted
@@ -244,8 +264,11 @@ class CapacityLearner:
             # (bins, u, a): the shifted prediction, clipped as the observations are
             full = np.minimum(pred[:, :, None] + A_GRID[None, None, :], clip)
             wt = np.minimum(w, self.bin_cap)[:, None, None]
-            logp = logp - 0.5 * np.sum(wt * ((y[:, None, None] - full) / self.sigma) ** 2,
-                                       axis=0)
+            # each observation strays from the model by the model's own error (sigma) and
+            # by the store's scatter: a noisy store's evidence counts for less, so the
+            # posterior does not claim a precision its measurements lack
+            sd = math.hypot(self.sigma, self.scatter())
+            logp = logp - 0.5 * np.sum(wt * ((y[:, None, None] - full) / sd) ** 2, axis=0)
         post = np.exp(logp - logp.max())
         return post / post.sum(), pred
 
@@ -353,16 +376,19 @@ class CapacityLearner:
 
     @classmethod
     def from_dict(cls, doc: Any) -> CapacityLearner:
-        if not isinstance(doc, dict) or doc.get("version") != LEARNER_VERSION:
-            raise ModelError(f"not a capacity learner state of version {LEARNER_VERSION}")
+        if not isinstance(doc, dict) or doc.get("version") not in (1, LEARNER_VERSION):
+            raise ModelError(f"not a capacity learner state of version 1..{LEARNER_VERSION}")
         try:
             p = doc.get("params") or {}
             bins: dict[tuple[int, int, int, int], list[float]] = {}
+            fields = 12 if doc.get("version") == 2 else 11
             for row in doc.get("bins") or []:
-                if len(row) != 11:
-                    raise ValueError(f"a bin has {len(row)} fields, not 11")
+                if len(row) != fields:
+                    raise ValueError(f"a bin has {len(row)} fields, not {fields}")
                 key = (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
                 vals = [float(v) for v in row[4:]]
+                if fields == 11:  # version 1: no scatter kept; the mean's square
+                    vals.append(vals[4] * vals[4])
                 if not all(math.isfinite(v) for v in vals) or vals[0] <= 0 or vals[5] <= 0:
                     raise ValueError(f"bad bin {row!r}")
                 bins[key] = vals
