@@ -492,3 +492,18 @@ class LabPodAgent:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=600)
+
+
+def trace_workload(shared: Path, out: Path, peak: float = 120.0, hour_s: float = 20.0
+                   ) -> tuple[Path, float]:
+    """A day and a bit of the English Wikipedia (2016-01-05 04:00 to 2016-01-06 06:00 UTC):
+    the night's trough, the day's rise and plateau, the next night's fall; 1 h =
+    ``hour_s`` seconds."""
+    res = subprocess.run([sys.executable, "-m", "elastore", "trace", "build",
+                          str(shared / "traces" / "wikipedia" / "en-2016-01-pages-hourly.csv.gz"),
+                          "--start", "2016-01-05 04:00", "--end", "2016-01-06 06:00",
+                          "--hour-seconds", str(hour_s), "--windows-per-hour", "4",
+                          "--peak-rps", str(peak), "-o", str(out)],
+                         capture_output=True, text=True, check=False)
+    assert res.returncode == 0, res.stderr[-2000:]
+    return out, peak

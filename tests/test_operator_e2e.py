@@ -52,6 +52,7 @@ from k8s_support import (
     policy,
     start_control_plane,
     statefulset,
+    trace_workload,
     wait_until,
 )
 from testbed.agentbed import AgentProcess
@@ -145,19 +146,6 @@ def slo_for(peak_rps: float, servers: int = 3, share: float = 0.8) -> float:
     return round(hi, 2)
 
 
-def trace_workload(shared: Path, out: Path, peak: float = 120.0) -> tuple[Path, float]:
-    """A day and a bit of the English Wikipedia (2016-01-05 04:00 to 2016-01-06 06:00 UTC):
-    the night's trough, the day's rise and plateau, the next night's fall; 1 h = 20 s."""
-    res = subprocess.run([sys.executable, "-m", "elastore", "trace", "build",
-                          str(shared / "traces" / "wikipedia" / "en-2016-01-pages-hourly.csv.gz"),
-                          "--start", "2016-01-05 04:00", "--end", "2016-01-06 06:00",
-                          "--hour-seconds", str(HOUR_S), "--windows-per-hour", "4",
-                          "--peak-rps", str(peak), "-o", str(out)],
-                         capture_output=True, text=True, check=False)
-    assert res.returncode == 0, res.stderr[-2000:]
-    return out, peak
-
-
 def _read_ratio(state: lab.LabState) -> float | None:
     """The read ratio the operator's default queries give now (None: no load yet)."""
     q = {k: DEFAULT_QUERIES[k].format(selector="") for k in ("readRps", "writeRps")}
@@ -226,7 +214,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
         state = lab.LabState.load(lab_dir)
         assert state is not None
         written = lab.cql(state, "write", "ks", str(ROWS), str(VALUE_BYTES), "11", "3")
-        wl, peak = trace_workload(shared_dir, root / "wl.json")
+        wl, peak = trace_workload(shared_dir, root / "wl.json", hour_s=HOUR_S)
         slo = slo_for(peak)
         print(f"workload peak {peak:.0f} req/s; SLO p95 <= {slo} ms by the lab profile")
         agent = LabPodAgent(cp, NS, STS, lab_dir)

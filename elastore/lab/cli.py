@@ -240,9 +240,19 @@ def _floats(name: str, spec: str) -> list[float]:
 @click.option("--routing", type=click.Choice(["token-aware", "round-robin"]),
               default="token-aware", show_default=True,
               help="The load generator's request routing (see `elastore load run`).")
+@click.option("--warmup-seconds", type=click.FloatRange(min=0), default=0.0,
+              show_default=True,
+              help="Serve the first point's load this long, unrecorded, before the sweep "
+                   "(a store just started reads its JIT and caches warming as a latency "
+                   "curve; docs/lab.md). The committed profile was measured without.")
+@click.option("--stop-above-ms", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Skip a setting's higher loads once two loads in a row had a median "
+                   "window p95 above this (the border is behind them; a real store is not "
+                   "pushed deeper into overload). Default: every load.")
 def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interference: str,
                 point_seconds: float, window_seconds: float, bulk_rows: int,
-                resume: bool, routing: str) -> None:
+                resume: bool, routing: str, warmup_seconds: float,
+                stop_above_ms: float | None) -> None:
     """Sweep load x read ratio x migration rate x interference on the running lab and
     record per-window p95/p99 latency and throughput per server: the samples CSV that
     `elastore models fit` consumes. Migration is real streaming (nodetool rebuild under
@@ -266,7 +276,7 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
     netns.run_inside(state.netns)  # the driver reaches the nodes from inside
     path = run_profile(points, out, point_s=point_seconds, window_s=window_seconds,
                        bulk_rows=bulk_rows, resume=resume, echo=lambda m: click.echo(m, err=True),
-                       routing=routing)
+                       routing=routing, warmup_s=warmup_seconds, stop_above_ms=stop_above_ms)
     click.echo(f"samples: {path}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -78,7 +79,10 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
     rows = run(wl, [n.spec.ip for n in state.nodes], out, concurrency=concurrency,
                rate_scale=rate_scale, windows=_windows(windows), keyspace=keyspace,
                preload=not no_preload, metrics_addr=lab.LOADGEN_METRICS, seed=seed,
-               routing=routing, node_labels=node_labels)
+               routing=routing, node_labels=node_labels,
+               on_start=lambda mono: click.echo(
+                   f"replay starts at epoch {time.time() + mono - time.monotonic():.3f} "
+                   "(the CSV's start_s counts from it)", err=True))
     sched = sum(r["scheduled_rps"] for r in rows) / len(rows)
     got = sum(r["achieved_rps"] for r in rows) / len(rows)
     worst = max(r["p95_ms"] for r in rows)

@@ -178,9 +178,14 @@ def bandwidth_path(out: Path) -> Path:
 
 def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
                 window_s: float = 5.0, bulk_rows: int = 20000, resume: bool = False,
-                echo: Callable[[str], None] = print, routing: str = "token-aware") -> Path:
+                echo: Callable[[str], None] = print, routing: str = "token-aware",
+                warmup_s: float = 0.0, stop_above_ms: float | None = None) -> Path:
     """Run the sweep on the lab that is up (call it inside the lab namespace); append sample
-    rows to ``out`` and bandwidth rows to :func:`bandwidth_path` of it."""
+    rows to ``out`` and bandwidth rows to :func:`bandwidth_path` of it. ``warmup_s``: the
+    first point's load served that long first, unrecorded. ``stop_above_ms``: once two
+    loads in a row of one (read ratio, migration, interference) setting have a median
+    window p95 above it, that setting's higher loads are skipped (the border is behind;
+    deeper overload only queues)."""
     from elastore.actuators.tc import HtbShaper
     from elastore.lab import lab
     from elastore.lab.cassandra import ensure_jars, nodetool
@@ -218,11 +223,19 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
             constant_workload(1.0, 1.0, window_s, window_s).save(pre)
             echo(f"preloading {KEY_COUNT} keys ...")
             _load(pre, t / "preload.csv", preload=True, hosts=ips, routing=routing)
+            if todo and warmup_s > 0:
+                echo(f"warming up: {todo[0].cluster_rps:g} req/s for {warmup_s:g} s, "
+                     "unrecorded ...")
+                warm = t / "warmup.json"
+                constant_workload(todo[0].cluster_rps, todo[0].read_ratio, warmup_s,
+                                  window_s).save(warm)
+                _load(warm, t / "warmup.csv", preload=False, hosts=ips, routing=routing)
             out.parent.mkdir(parents=True, exist_ok=True)
             with _Appender(out, COLUMNS) as wr, _Appender(bw_out, BW_COLUMNS) as bw:
                 for level, group in itertools.groupby(todo, key=lambda p: p.stream_mibps):
                     _profile_level(state, lib, nodetool, level, list(group), wr, bw, t,
-                                   point_s, window_s, len(points), echo, ips, shaper, routing)
+                                   point_s, window_s, len(points), echo, ips, shaper, routing,
+                                   stop_above_ms)
     finally:
         shaper.remove()
     return out
@@ -257,7 +270,7 @@ class _Appender:
 def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: list[Point],
                    wr: _Appender, bw: _Appender, t: Path, point_s: float, window_s: float,
                    total: int, echo: Callable[[str], None], ips: list[str],
-                   shaper: Any, routing: str) -> None:
+                   shaper: Any, routing: str, stop_above_ms: float | None = None) -> None:
     from elastore.lab import lab
     from elastore.lab.cassandra import streaming_outgoing_bytes
 
@@ -285,9 +298,15 @@ def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: li
             driver.__enter__()
             echo(f"migration level {level:g} MiB/s per sender: rebuilds streaming ...")
             time.sleep(5)  # let streaming start before the first point
+        over: dict[float, int] = {}  # consecutive loads past stop_above_ms, by read ratio
         for inter, block in itertools.groupby(group, key=lambda p: p.interference):
+            over.clear()
             with Hogs(inter):
                 for p in block:
+                    if over.get(p.read_ratio, 0) >= 2:
+                        echo(f"[{p.index + 1}/{total}] {p.cluster_rps:g} req/s skipped: two "
+                             f"lower loads were past {stop_above_ms:g} ms (median p95)")
+                        continue
                     if driver is not None and driver.error is not None:
                         raise ElastoreError(f"the migration driver failed: {driver.error}")
                     wl = t / f"p{p.index}.json"
@@ -310,6 +329,9 @@ def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: li
                     wr.write(rows)
                     bw.write([bandwidth_row(p, windows, shaper, tc0, tc1, secs, nodes, mig)])
                     p95 = [r["p95_ms"] for r in rows]
+                    if stop_above_ms is not None and p95:
+                        past = float(np.median(p95)) > stop_above_ms
+                        over[p.read_ratio] = over.get(p.read_ratio, 0) + 1 if past else 0
                     echo(f"[{p.index + 1}/{total}] {p.cluster_rps:g} req/s, read ratio "
                          f"{p.read_ratio:g}, migration {mig:.2f} MiB/s/server (throttle "
                          f"{p.stream_mibps:g}), interference {p.interference:g}: p95 "
