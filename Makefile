@@ -48,7 +48,7 @@ lab-deps: $(TEST_STAMP)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl; }
 	@command -v stress-ng >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
-	$(BIN)/python -c 'from elastore.lab.cassandra import ensure_jars; print("cassandra jars:", ensure_jars())'
+	$(BIN)/python -c 'from elastore.lab.cassandra import ensure_jars; print("cassandra jars:", ensure_jars()); from elastore.lab.cassandra import ensure_exporter_server; print("jmx exporter server:", ensure_exporter_server())'
 
 # the k8s suites need kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok
 # (built with the machine's Go from the module proxy, once, cached by version: 10-20 min the

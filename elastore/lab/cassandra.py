@@ -214,19 +214,19 @@ write_request_timeout: 5000ms
 </configuration>
 """)
     (r / "exporter.yaml").write_text(EXPORTER_CONFIG)
-    (r / "exporter-example.yaml").write_text(EXAMPLE_EXPORTER_CONFIG)
+    # the standalone exporter reads the node's JMX port (local to the node's namespace)
+    (r / "exporter-example.yaml").write_text(f"hostPort: 127.0.0.1:{node.jmx_port}\n"
+                                             + EXAMPLE_EXPORTER_CONFIG)
     return r / "cassandra.yaml"
 
 
-def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000,
-                 example_exporter: bool = False) -> list[str]:
+def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000
+                 ) -> list[str]:
     r = node.root
-    example = [f"-javaagent:{exporter_jar(lib)}={node.example_metrics}:"
-               f"{r / 'exporter-example.yaml'}"] if example_exporter else []
     return [
         "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k",
         *JAVA_MODULE_FLAGS,
-        f"-javaagent:{exporter_jar(lib)}={node.metrics}:{r / 'exporter.yaml'}", *example,
+        f"-javaagent:{exporter_jar(lib)}={node.metrics}:{r / 'exporter.yaml'}",
         f"-Dcassandra.config=file://{r / 'cassandra.yaml'}",
         f"-Dcassandra.storagedir={r}", f"-Dcassandra.logdir={r / 'logs'}",
         f"-Dlogback.configurationFile={r / 'logback.xml'}",
@@ -275,9 +275,57 @@ def ensure_bindsrc() -> Path:
     return out
 
 
+def ensure_exporter_server() -> Path:
+    """The JMX exporter's standalone HTTP server jar (``jmx_prometheus_httpserver``, the
+    same version as the agent), fetched once by Maven. A second exporter for a node runs
+    as this process: two javaagents in one JVM share the default registry, and the second
+    one's JVM metrics are a duplicate registration on which the agent exits the JVM."""
+    d = cache_dir() / f"jmx-httpserver-{JMX_EXPORTER_VERSION}"
+    jar = d / f"jmx_prometheus_httpserver-{JMX_EXPORTER_VERSION}.jar"
+    if jar.exists():
+        return jar
+    if shutil.which("mvn") is None:
+        raise ElastoreError("Maven (mvn) is needed to fetch the JMX exporter's HTTP server")
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "pom.xml").write_text(EXPORTER_SERVER_POM.format(exporter=JMX_EXPORTER_VERSION))
+    tmp = d / "out.partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    res = subprocess.run(["mvn", "-q", "-B", "-f", str(d / "pom.xml"),
+                          "dependency:copy-dependencies", f"-DoutputDirectory={tmp}"],
+                         capture_output=True, text=True, check=False)
+    got = tmp / jar.name
+    if res.returncode != 0 or not got.exists():
+        raise ElastoreError("fetching the JMX exporter's HTTP server with Maven failed: "
+                            + (res.stdout + res.stderr).strip()[-800:])
+    got.replace(jar)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return jar
+
+
+EXPORTER_SERVER_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>io.elastore</groupId><artifactId>jmx-httpserver</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>io.prometheus.jmx</groupId>
+      <artifactId>jmx_prometheus_httpserver</artifactId><version>{exporter}</version></dependency>
+  </dependencies>
+</project>
+"""
+
+
+def start_example_exporter(ns: str, node: NodeSpec) -> subprocess.Popen[bytes]:
+    """The example-naming exporter of ``node``: the standalone server in the node's
+    namespace, serving ``node.example_metrics`` from the node's JMX port."""
+    log = (node.root / "logs" / "exporter-example.log").open("ab")
+    return subprocess.Popen(netns.command(ns, [
+        "java", "-Xmx64m", "-jar", str(ensure_exporter_server()), node.example_metrics,
+        str(node.root / "exporter-example.yaml")]), stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True)
+
+
 def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | None = None,
-               cpus: list[int] | None = None, example_exporter: bool = False
-               ) -> subprocess.Popen[bytes]:
+               cpus: list[int] | None = None) -> subprocess.Popen[bytes]:
     """Start the node inside ``ns``; ``ip netns exec`` execs java, so the PID is java's.
     Its outgoing connections leave from its own address (:func:`ensure_bindsrc`). With
     ``group``, the process joins that cgroup before it execs (so all of it is counted);
@@ -291,8 +339,7 @@ def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | Non
         if cpus:
             os.sched_setaffinity(0, cpus)
 
-    return subprocess.Popen(netns.command(ns, node_command(
-        node, lib, heap, example_exporter=example_exporter)), stdout=log,
+    return subprocess.Popen(netns.command(ns, node_command(node, lib, heap)), stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env,
                             preexec_fn=join)
 

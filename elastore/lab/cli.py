@@ -40,8 +40,12 @@ def lab_group() -> None:
               help="The CFS period of the CPU limit (the kubelet's cpuCFSQuotaPeriod). A "
               "node that spends its quota early waits for the next period: with the default "
               "100 ms and 0.3 core that is stalls of up to 70 ms in its tail latency.")
+@click.option("--example-exporter", is_flag=True,
+              help="Also run, per node, the JMX exporter's standalone server with its example "
+              "configuration's naming (Prometheus job cassandra-example): what the "
+              "jmx-exporter-example preset reads.")
 def up_cmd(nodes: int, heap: str, veth: bool, cpu_per_node: float, store_cpus: str,
-           cfs_period_ms: float) -> None:
+           cfs_period_ms: float, example_exporter: bool) -> None:
     """Fetch the jars (cached), create the namespace and start the nodes one by one.
 
     \b
@@ -50,7 +54,7 @@ def up_cmd(nodes: int, heap: str, veth: bool, cpu_per_node: float, store_cpus: s
     """
     cpus = [int(c) for c in _floats("--store-cpus", store_cpus)] if store_cpus else []
     state = lab.up(nodes, heap, veth=veth, cpu_per_node=cpu_per_node, store_cpus=cpus,
-                   cfs_period_us=round(cfs_period_ms * 1000))
+                   cfs_period_us=round(cfs_period_ms * 1000), example_exporter=example_exporter)
     click.echo(f"lab up in namespace {state.netns} (state: {lab.lab_dir() / 'lab.json'})")
     for n in state.nodes:
         s = n.spec

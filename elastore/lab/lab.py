@@ -30,6 +30,7 @@ from elastore.lab.cassandra import (
     NodeSpec,
     ensure_jars,
     nodetool,
+    start_example_exporter,
     start_node,
     wait_for,
     write_config,
@@ -56,6 +57,8 @@ class NodeState:
     netns: str = ""
     #: the node's cgroup below the v2 root (``elastore-lab/n<n>``; "" without cgroup v2)
     cgroup: str = ""
+    #: the standalone example-naming exporter's PID (``example_exporter``; 0: none)
+    exporter_pid: int = 0
 
     @property
     def spec(self) -> NodeSpec:
@@ -63,6 +66,7 @@ class NodeState:
 
 
 PROMETHEUS_ADDR = "127.0.0.1:9090"
+EXAMPLE_PROGRAM = "jmx_prometheus_httpserver"  # in the example exporter's command line
 LOADGEN_METRICS = "127.0.0.1:9600"  # where `elastore load run` exports its metrics
 
 
@@ -116,7 +120,8 @@ class LabState:
                        str(doc.get("pods", "")), bool(doc.get("veth", False)),
                        float(doc.get("cpu_per_node", 0.0)),
                        [int(c) for c in doc.get("store_cpus", [])],
-                       int(doc.get("cfs_period_us", cgroups.CFS_PERIOD_US)))
+                       int(doc.get("cfs_period_us", cgroups.CFS_PERIOD_US)),
+                       bool(doc.get("example_exporter", False)))
         except (ValueError, KeyError, TypeError) as exc:
             raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
 
@@ -278,6 +283,9 @@ def down(d: Path | None = None) -> list[str]:
         for node in state.nodes:
             if _stop(node.pid, node.root):
                 done.append(f"stopped node {node.n} (pid {node.pid})")
+            if _stop(node.exporter_pid, node.root, program=EXAMPLE_PROGRAM):
+                done.append(f"stopped node {node.n}'s example exporter "
+                            f"(pid {node.exporter_pid})")
             if node.netns and netns.exists(node.netns):
                 netns.delete(node.netns)
                 done.append(f"removed namespace {node.netns}")
@@ -381,8 +389,10 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
         group.create(state.cpu_per_node or None, period_us=state.cfs_period_us)
     log.info("starting node %d on %s ...", n, spec.ip)
     proc = start_node(node_ns or state.netns, spec, lib, state.heap, group,
-                      state.store_cpus or None, example_exporter=state.example_exporter)
+                      state.store_cpus or None)
     node = NodeState(n, proc.pid, str(root), ip or "", node_ns, group.rel if group else "")
+    if state.example_exporter:
+        node.exporter_pid = start_example_exporter(node_ns or state.netns, spec).pid
     state.nodes.append(node)
     state.save(d)
 
@@ -417,6 +427,7 @@ def remove_node(which: str | int, d: Path | None = None) -> bool:
     state = _require(d)
     node = _node(state, which)
     stopped = _stop(node.pid, node.root)
+    _stop(node.exporter_pid, node.root, program=EXAMPLE_PROGRAM)
     if node.netns and netns.exists(node.netns):
         netns.delete(node.netns)  # and its veth with it
     if node.cgroup:
