@@ -72,7 +72,10 @@ def prom(tmp_path_factory: pytest.TempPathFactory, metrics: CassandraMetrics
 
 
 def fast_policy(ns: str, url: str, **spec: Any) -> str:
-    """Policy "orders" on StatefulSet "cass": a 10 s period and horizon, 2 s steps."""
+    """Policy "orders" on StatefulSet "cass": a 10 s period and horizon, 2 s steps; the
+    built-in lab model as it is (these tests were written for it) unless ``capacityModel``
+    is given: learning, the default since issue 18, plans with half its capacity."""
+    spec.setdefault("capacityModel", {"learn": False})
     return policy("orders", ns, "cass", controlPeriod="10s",
                   prediction={"horizon": "10s", "step": "2s"},
                   metrics={"prometheus": {"url": url}}, **spec)
@@ -487,7 +490,8 @@ def test_learning_keeps_its_model_in_an_owned_configmap_across_a_restart(
     cm = "orders-capacity-model"
     try:
         cp.kubectl("apply", "-f", "-", stdin=fast_policy(ns, prom.url,
-                                                         slo={"latencyMs": 30}))
+                                                         slo={"latencyMs": 30},
+                                                         capacityModel={}))
         st = wait_until("three periods of learning", lambda: status_when(
             cp, "orders", ns, lambda s: (s.get("model") or {}).get("samples", 0) >= 9), 180)
         model = st["model"]
@@ -569,7 +573,7 @@ def enforce_policy(ns: str, url: str, name: str = "orders", **spec: Any) -> str:
         "mode": "Enforce", "controlPeriod": "10s", "replicas": {"min": 3, "max": 8},
         "prediction": {"method": "persistence", "horizon": "10s", "step": "2s"},
         "migration": {"nodeOverheadSeconds": 5}, "scaleDown": {"stabilizationSeconds": 0},
-        "metrics": {"prometheus": {"url": url}}}
+        "metrics": {"prometheus": {"url": url}}, "capacityModel": {"learn": False}}
     return policy(name, ns, "cass", nodetool=[sys.executable, str(NODETOOL_STANDIN)],
                   **{**fields, **spec})
 
