@@ -74,6 +74,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 planner={"mode": mode, "lookahead": "10m"},
                 migration={"nodeOverheadSeconds": 10},
                 scaleDown={"stabilizationSeconds": 20},
+                # the built-in model as it is: learning (the default) would hold every
+                # scale-in until confident (issue 18)
+                capacityModel={"learn": False},
                 nodetool=[sys.executable, str(NODETOOL_STANDIN)],
                 metrics={"prometheus": {"url": prom.url}}))
         for ns in NAMESPACES.values():

@@ -553,12 +553,13 @@ def test_rbac_a_namespaced_install_grants_only_those_namespaces(
 
     used = [("patch", "statefulsets/scale"), ("create", "pods/exec"),
             ("patch", "elasticpolicies/status"), ("list", "horizontalpodautoscalers"),
-            ("patch", "persistentvolumeclaims"), ("create", "events")]
+            ("patch", "persistentvolumeclaims"), ("create", "events"),
+            ("get", "secrets")]  # a named Prometheus credentials Secret (issue 18)
     for verb, res in used:
         assert can_i(verb, res, ["-n", DRIFT_NS]) == "yes", (verb, res)
         assert can_i(verb, res, ["-n", "default"]) == "no", (verb, res)
         assert can_i(verb, res, ["-A"]) == "no", (verb, res)
-    for verb, res in [("delete", "statefulsets"), ("create", "pods"), ("get", "secrets"),
+    for verb, res in [("delete", "statefulsets"), ("create", "pods"), ("list", "secrets"),
                       ("patch", "horizontalpodautoscalers"), ("delete", "namespaces")]:
         assert can_i(verb, res, ["-n", DRIFT_NS]) == "no", (verb, res)
     assert can_i("patch", "clusterkopfpeerings", []) == "yes"
