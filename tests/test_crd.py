@@ -66,6 +66,7 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.prediction.horizon": lambda p: p.prediction_horizon_s,
     "spec.prediction.step": lambda p: p.prediction_step_s,
     "spec.prediction.headroom": lambda p: p.headroom,
+    "spec.prediction.calibrationSteps": lambda p: p.calibration_steps,
     "spec.planner": lambda p: None,
     "spec.planner.mode": lambda p: p.planner_mode,
     "spec.planner.lookahead": lambda p: p.lookahead_s,

@@ -70,7 +70,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             cp.kubectl("apply", "-f", "-", stdin=policy(
                 "orders", ns, "cass", mode="Enforce", controlPeriod="10s",
                 replicas={"min": 3, "max": 8}, slo={"latencyMs": 100},
-                prediction={"method": "persistence", "horizon": "10s", "step": "2s"},
+                # the forecast's errors over the last 60 origins (2 min) calibrate its
+                # scenarios: the surge stops widening them 2 min after it ends, not the
+                # default 336 origins (11 min)
+                prediction={"method": "persistence", "horizon": "10s", "step": "2s",
+                            "calibrationSteps": 60},
                 planner={"mode": mode, "lookahead": "10m"},
                 migration={"nodeOverheadSeconds": 10},
                 scaleDown={"stabilizationSeconds": 20},
@@ -105,11 +109,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         metrics.rps = BASE  # and falls
         fell = time.time()
         # the persistence forecaster's quantiles remember the surge for their calibration
-        # window (336 origins of 2 s): until it ages out, the upper scenarios hold a node
+        # window (60 origins of 2 s): until it ages out, the upper scenarios hold a node
         wait_until("the horizon planner to scale back in", lambda: get(
             cp, "statefulset", "cass", NAMESPACES["Horizon"])["spec"]["replicas"] == 3 and
             not (get(cp, "elasticpolicy", "orders", NAMESPACES["Horizon"]).get("status")
-                 or {}).get("operation"), 900)
+                 or {}).get("operation"), 600)
         time.sleep(max(0.0, 60 - (time.time() - fell)))  # the window planner had as long
         stop.set()
         yield {"cp": cp, "seen": seen, "fell": fell, "root": root, "op": op}

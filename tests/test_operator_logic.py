@@ -647,3 +647,24 @@ def test_stuck_a_failed_nodetool_is_summed_up_by_its_error_line() -> None:
     assert nodetool.failure_summary(stdout, refused + "\nSee 'nodetool help' or 'nodetool "
                                     "help <command>'.\n") == refused
     assert nodetool.failure_summary("", "") == "(no output)"
+
+
+def test_calibration_steps_set_how_long_a_surge_widens_the_scenarios() -> None:
+    """A one-off surge 100 steps ago: with the default window (336 origins) its forecast
+    errors still widen the horizon planner's upper scenarios; with 60 origins they have
+    aged out, and the top scenario sits near the flat load again."""
+    history = [300.0] * 400 + [750.0] * 10 + [300.0] * 100
+    snap = snapshot(history, step=60.0)
+
+    def top(**pred: Any) -> float:
+        spec = parse(spec_with(controlPeriod="60s", metrics=PROM, prediction={
+            "method": "persistence", "horizon": "60s", "step": "60s", **pred}))
+        fc = control.forecast(spec, snap)
+        assert fc.path is not None
+        return float(fc.path.scenarios_rps[-1][0])  # the top scenario, one step ahead
+
+    remembered, forgotten = top(), top(calibrationSteps=60)
+    assert remembered > 1.5 * 300, remembered
+    assert forgotten == pytest.approx(300, rel=0.05), forgotten
+    with pytest.raises(SpecError, match="calibrationSteps"):
+        parse(spec_with(metrics=PROM, prediction={"calibrationSteps": 20}))

@@ -46,16 +46,18 @@ HISTORY_STEPS = 336
 
 
 #: steps of history replayed through the predictor, so the forecast's quantiles are
-#: calibrated on its own errors (two weeks of hours)
+#: calibrated on its own errors (two weeks of hours): ``spec.prediction.calibrationSteps``'
+#: default
 CALIBRATION_STEPS = 336
 
 
-def history_steps(method: str, horizon_steps: int = 0) -> int:
+def history_steps(method: str, horizon_steps: int = 0,
+                  calibration_steps: int = CALIBRATION_STEPS) -> int:
     """Steps of load history to ask Prometheus for. With ``horizon_steps`` (the horizon
-    planner's path), enough to also replay :data:`CALIBRATION_STEPS` of it."""
+    planner's path), enough to also replay ``calibration_steps`` of it."""
     need = int(make(method).min_history) + 24
     if horizon_steps:
-        need += CALIBRATION_STEPS + horizon_steps
+        need += calibration_steps + horizon_steps
     return max(HISTORY_STEPS, need)
 
 
@@ -150,8 +152,9 @@ def forecast(spec: PolicySpec, snap: Snapshot) -> Forecast:
     steps = path_steps(spec)
     iv = None
     if steps:
-        iv = Intervals(pred, horizons=steps)
-        replay = max(0, min(CALIBRATION_STEPS, len(hist) - max(pred.min_history, 1)))
+        # the errors of the last calibrationSteps origins, and no older ones
+        iv = Intervals(pred, horizons=steps, window=spec.calibration_steps)
+        replay = max(0, min(spec.calibration_steps, len(hist) - max(pred.min_history, 1)))
         iv.fit(hist, replay=replay)
     else:
         pred.fit(hist)

@@ -416,7 +416,8 @@ class Runner:
         model's scale-in gate on it)."""
         source = self.source(spec, self.namespace)
         snap = source.snapshot(now, control.history_steps(spec.prediction_method,
-                                                          control.path_steps(spec)),
+                                                          control.path_steps(spec),
+                                                          spec.calibration_steps),
                                spec.prediction_step_s)
         reading = hubbub.read(spec, lambda: source.scalar("interference", now))
         models = self.models(spec)

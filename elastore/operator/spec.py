@@ -178,6 +178,9 @@ class PolicySpec:
     prediction_horizon_s: float = 600.0
     prediction_step_s: float = 3600.0
     headroom: float = 0.1
+    #: ``spec.prediction.calibrationSteps``: the origins whose forecast errors calibrate
+    #: the horizon planner's quantile scenarios (how long a past surprise widens them)
+    calibration_steps: int = 336
     planner_mode: str = "Horizon"
     lookahead_s: float = 86400.0
     violation_penalty: float = 100.0
@@ -421,6 +424,8 @@ def parse(spec: Any) -> PolicySpec:
                         "least until the next", "spec.prediction.horizon")
     headroom = _num(_get(pred, "headroom", 0.1, "spec.prediction"), "spec.prediction.headroom",
                     0, 0.9)
+    calibration = int(_num(_get(pred, "calibrationSteps", 336, "spec.prediction"),
+                           "spec.prediction.calibrationSteps", 48, 1008, integer=True))
     plan_ = spec.get("planner") or {}
     planner_mode = _enum(_get(plan_, "mode", "Horizon", "spec.planner"), ("Horizon", "Window"),
                          "spec.planner.mode")
@@ -499,7 +504,8 @@ def parse(spec: Any) -> PolicySpec:
         target=target, min_replicas=lo, max_replicas=hi, slo_latency_ms=latency,
         slo_percentile=pct, control_period_s=period, mode=mode, prediction_method=method,
         prediction_horizon_s=horizon, prediction_step_s=step, headroom=headroom,
-        planner_mode=planner_mode, lookahead_s=lookahead, violation_penalty=penalty,
+        calibration_steps=calibration, planner_mode=planner_mode, lookahead_s=lookahead,
+        violation_penalty=penalty,
         migration_policy=policy, min_migration_mibps=mn, max_migration_mibps=mx,
         node_overhead_s=overhead,
         model_configmap=str(cm["name"]) if isinstance(cm, dict) and cm.get("name") else None,
