@@ -149,8 +149,8 @@ def _sweep_and_fit(root: Path, lab_dir: Path) -> tuple[float, float]:
     samples = root / "sweep.csv"
     _run_cli(["lab", "profile", "--out", str(samples),
               "--loads", ",".join(str(x) for x in SWEEP_LOADS), "--read-ratios", "0.95",
-              "--migrations", "0", "--interference", "0", "--point-seconds", "25",
-              "--window-seconds", "5", "--bulk-rows", "0", "--warmup-seconds", "60",
+              "--migrations", "0", "--interference", "0", "--point-seconds", "28",
+              "--window-seconds", "4", "--bulk-rows", "0", "--warmup-seconds", "45",
               "--stop-above-ms", str(2 * SLO_MS)],
              lab_dir, root / "sweep.log", 900)
     model = root / "fit.json"
