@@ -52,11 +52,13 @@ lab-deps: $(TEST_STAMP)
 
 # the k8s suites need kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok
 # (built with the machine's Go from the module proxy, once, cached by version: 10-20 min the
-# first time), helm (same), and kubectl (on the machine image)
+# first time), helm (same), cass-operator's CassandraDatacenter CRD (its module source, same
+# proxy) and kubectl (on the machine image)
 k8s-deps: $(TEST_STAMP)
 	@command -v kubectl >/dev/null || { echo "kubectl is not on PATH: the k8s suites need it" >&2; exit 1; }
-	PYTHONPATH=tests $(BIN)/python -c 'from testbed.k8s import ensure_binaries, ensure_helm; \
-	  print("kubernetes test binaries:", ensure_binaries(print)); print("helm:", ensure_helm(print))'
+	PYTHONPATH=tests $(BIN)/python -c 'from testbed.k8s import ensure_binaries, ensure_helm, cass_operator_crd; \
+	  print("kubernetes test binaries:", ensure_binaries(print)); print("helm:", ensure_helm(print)); \
+	  print("cass-operator CRD:", cass_operator_crd())'
 
 test: $(TEST_STAMP) lint typecheck lab-deps k8s-deps
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -399,11 +399,13 @@ def events(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
 
 
 def _exec_docs(namespace: str, sts: str, pods: int,
-               envs: Callable[[int], dict[str, str]]) -> list[dict[str, Any]]:
-    """kwok ``Exec`` resources: ``exec`` into pod ``<sts>-k`` runs the command *locally*,
-    with ``envs(k)``."""
+               envs: Callable[[int], dict[str, str]],
+               names: list[str] | None = None) -> list[dict[str, Any]]:
+    """kwok ``Exec`` resources: ``exec`` into pod ``<sts>-k`` (or ``names[k]``) runs the
+    command *locally*, with ``envs(k)``."""
+    names = names or [f"{sts}-{k}" for k in range(pods)]
     return [{"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
-             "metadata": {"name": f"{sts}-{k}", "namespace": namespace},
+             "metadata": {"name": names[k], "namespace": namespace},
              "spec": {"execs": [{"containers": ["cassandra"], "local": {
                  "workDir": str(REPO),
                  "envs": [{"name": n, "value": v} for n, v in
@@ -425,6 +427,17 @@ def standin_exec_config(namespaces: list[str], sts: str, pods: int, root: Path) 
     testbed.nodetool_standin)."""
     docs = [d for ns in namespaces for d in _exec_docs(ns, sts, pods, lambda k, ns=ns: {
         "ELASTORE_NODE": str(k), "ELASTORE_STANDIN_DIR": str(root / ns)})]
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def named_standin_exec_config(pods: dict[str, list[str]], root: Path) -> str:
+    """``exec`` into pod ``pods[ns][k]`` runs the command with ``ELASTORE_NODE=k`` and the
+    namespace's own directory (testbed.nodetool_standin): pods not named ``<sts>-k``, as
+    cass-operator's ``<cluster>-<dc>-<rack>-sts-k``."""
+    docs = [d for ns, names in pods.items() for d in _exec_docs(
+        ns, "", len(names), lambda k, ns=ns: {"ELASTORE_NODE": str(k),
+                                              "ELASTORE_STANDIN_DIR": str(root / ns)},
+        names)]
     return "\n---\n".join(json.dumps(d) for d in docs)
 
 

@@ -85,7 +85,6 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.metrics.prometheus.namespaceLabel":
         lambda p: p.prometheus and p.prometheus.namespace_label,
     "spec.metrics.prometheus.podLabel": lambda p: p.prometheus and p.prometheus.pod_label,
-    "spec.metrics.prometheus.preset": lambda p: p.prometheus and p.prometheus.preset,
     "spec.metrics.prometheus.tlsConfig.insecureSkipVerify":
         lambda p: p.prometheus and p.prometheus.auth.insecure_skip_verify,
     "spec.interference": lambda p: None,
@@ -148,11 +147,23 @@ def test_the_queries_the_schema_allows_are_the_parsers() -> None:
     assert set(queries["properties"]) == {*DEFAULT_QUERIES, *OPTIONAL_QUERIES}
 
 
-def test_the_preset_enum_is_the_presets() -> None:
+def test_the_preset_enum_is_the_presets_and_its_default_follows_the_target() -> None:
+    """No schema default: the API server would write it into every policy, and the parser
+    could not tell a datacenter's (management-api) from a StatefulSet's (jmx-exporter)."""
     from elastore.operator.presets import DEFAULT_PRESET, PRESETS
+    from elastore.operator.spec import DATACENTER_PRESET
 
     node = dict(walk(schema()))["spec.metrics.prometheus.preset"]
-    assert node["enum"] == list(PRESETS) and node["default"] == DEFAULT_PRESET
+    assert node["enum"] == list(PRESETS) and "default" not in node
+    sts = parse(MINIMAL).prometheus
+    dc = parse({**MINIMAL, "target": {**MINIMAL["target"], "kind": "CassandraDatacenter"}}
+               ).prometheus
+    assert sts is not None and dc is not None
+    assert (sts.preset, dc.preset) == (DEFAULT_PRESET, DATACENTER_PRESET)
+    assert DATACENTER_PRESET != DEFAULT_PRESET
+    given = {**MINIMAL, "target": {**MINIMAL["target"], "kind": "CassandraDatacenter"},
+             "metrics": {"prometheus": {**MINIMAL["metrics"]["prometheus"], "preset": "mcac"}}}
+    assert parse(given).prometheus.preset == "mcac"  # type: ignore[union-attr]
 
 
 def test_the_chart_ships_the_packages_crd() -> None:

@@ -4,9 +4,12 @@
 * **nodetool** through ``pods/exec`` into the store's container (the command is the
   policy's ``target.nodetool``): ``netstats`` for a node's ring mode, ``decommission``,
   ``setstreamthroughput``;
-* **PVCs** of removed pods, deleted only when the policy says so.
+* **PVCs** of removed pods, deleted only when the policy says so;
+* **CassandraDatacenters** (cass-operator): ``spec.size`` patched with a compare-and-set,
+  the racks' StatefulSets (owned by the datacenter) and their pods read.
 
-It implements :class:`elastore.actuators.ports.ClusterPort`.
+It implements :class:`elastore.actuators.ports.ClusterPort` and
+:class:`~elastore.actuators.ports.DatacenterPort`.
 
 Every call names what failed; nothing here decides anything.
 """
@@ -26,8 +29,13 @@ from elastore.actuators.nodetool import (
     stream_setting,
 )
 from elastore.actuators.ports import (
+    CASSDC_API,
+    DECOMMISSIONING,
+    K8SSANDRA_CLUSTER_LABEL,
     LEFT_RING_ANNOTATION,
     MANAGED_LABEL,
+    NODE_STATE_LABEL,
+    DatacenterFacts,
     DriftError,
     StatefulSetFacts,
 )
@@ -160,8 +168,121 @@ class KubeActuator:
             # policy beside an Enforce one (a second opinion, the prior alone) is no contender
             if spec.get("mode", "Recommend") != "Enforce":
                 continue
-            tgt = (spec.get("target") or {}).get("name")
-            if tgt == name and o["metadata"]["name"] != policy:
+            tgt = spec.get("target") or {}
+            if tgt.get("name") == name and tgt.get("kind", "StatefulSet") == "StatefulSet" \
+                    and o["metadata"]["name"] != policy:
+                found.append(f"ElasticPolicy/{o['metadata']['name']}")
+        return sorted(found)
+
+    # -- CassandraDatacenters (cass-operator) ----------------------------------------------------
+    def datacenter(self, ns: str, name: str) -> DatacenterFacts | None:
+        """The datacenter as cass-operator reports it, and its pods: those of the
+        StatefulSets it controls (one per rack, ownerReference to its uid), by each
+        StatefulSet's own selector."""
+        from kubernetes.client.exceptions import ApiException
+
+        custom = self.client.CustomObjectsApi(self.core.api_client)
+        try:
+            dc: Any = custom.get_namespaced_custom_object(CASSDC_API[0], CASSDC_API[1], ns,
+                                                          CASSDC_API[2], name)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ElastoreError(f"reading CassandraDatacenter {ns}/{name}: "
+                                f"{exc.reason}") from exc
+        meta, spec, st = dc.get("metadata") or {}, dc.get("spec") or {}, dc.get("status") or {}
+        try:
+            stss: Any = self.apps.list_namespaced_stateful_set(ns)
+        except ApiException as exc:
+            raise ElastoreError(f"listing StatefulSets in {ns}: {exc.reason}") from exc
+        pods: list[str] = []
+        ready = 0
+        leaving: list[str] = []
+        for sts in stss.items:
+            if not any(o.uid == meta.get("uid") and o.controller
+                       for o in (sts.metadata.owner_references or [])):
+                continue
+            sel = ",".join(f"{k}={v}" for k, v in
+                           sorted((sts.spec.selector.match_labels or {}).items()))
+            try:
+                got: Any = self.core.list_namespaced_pod(ns, label_selector=sel)
+            except ApiException as exc:
+                raise ElastoreError(f"listing the pods of {ns}/{sts.metadata.name}: "
+                                    f"{exc.reason}") from exc
+            for p in got.items:
+                if not p.metadata.name.startswith(f"{sts.metadata.name}-"):
+                    continue
+                pods.append(p.metadata.name)
+                if p.metadata.deletion_timestamp is None and any(
+                        c.type == "Ready" and c.status == "True"
+                        for c in ((p.status.conditions if p.status else None) or [])):
+                    ready += 1
+                if (p.metadata.labels or {}).get(NODE_STATE_LABEL) == DECOMMISSIONING:
+                    leaving.append(p.metadata.name)
+        labels = meta.get("labels") or {}
+        owner = next((f"{o.get('kind')}/{o.get('name')}" for o in
+                      meta.get("ownerReferences") or [] if o.get("controller")), None)
+        if owner is None and labels.get(K8SSANDRA_CLUSTER_LABEL):
+            owner = f"K8ssandraCluster/{labels[K8SSANDRA_CLUSTER_LABEL]}"
+        req = ((((spec.get("storageConfig") or {}).get("cassandraDataVolumeClaimSpec") or {})
+                .get("resources") or {}).get("requests") or {}).get("storage")
+        racks = tuple(str(r.get("name")) for r in spec.get("racks") or []) or ("default",)
+        return DatacenterFacts(
+            name=name, size=int(spec.get("size") or 0), racks=racks,
+            generation=int(meta.get("generation") or 0),
+            observed_generation=int(st.get("observedGeneration") or 0),
+            progress=str(st.get("cassandraOperatorProgress") or ""),
+            conditions={str(c.get("type")): str(c.get("status"))
+                        for c in st.get("conditions") or []},
+            pods=tuple(sorted(pods)), ready_pods=ready, decommissioning=tuple(sorted(leaving)),
+            volume_bytes=None if req is None else parse_quantity(req),
+            managed=labels.get(MANAGED_LABEL) == "true", owner=owner)
+
+    def resize_datacenter(self, ns: str, name: str, size: int, expect: int) -> None:
+        """Compare-and-set of ``spec.size`` (cass-operator's CRD has no scale subresource):
+        the patch carries the resourceVersion read with ``expect``; a change in between is a
+        409, never overwritten."""
+        from kubernetes.client.exceptions import ApiException
+
+        custom = self.client.CustomObjectsApi(self.core.api_client)
+        where = f"CassandraDatacenter {ns}/{name}"
+        try:
+            dc: Any = custom.get_namespaced_custom_object(CASSDC_API[0], CASSDC_API[1], ns,
+                                                          CASSDC_API[2], name)
+        except ApiException as exc:
+            raise ElastoreError(f"reading {where}: {exc.reason}") from exc
+        now = int((dc.get("spec") or {}).get("size") or 0)
+        if now != expect:
+            raise DriftError(f"{where} has size {now}, not the {expect} this step expected: "
+                             f"not resizing to {size}")
+        body = {"metadata": {"resourceVersion": dc["metadata"]["resourceVersion"]},
+                "spec": {"size": size}}
+        try:
+            custom.patch_namespaced_custom_object(CASSDC_API[0], CASSDC_API[1], ns,
+                                                  CASSDC_API[2], name, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise DriftError(f"{where} changed while it was being resized to {size}: "
+                                 "not retried blind") from exc
+            raise ElastoreError(f"resizing {where} to {size}: {exc.reason} "
+                                f"{str(exc.body)[:300]}") from exc
+        log.info("resized %s %d -> %d", where, expect, size)
+
+    def datacenter_contenders(self, ns: str, name: str, policy: str) -> list[str]:
+        from kubernetes.client.exceptions import ApiException
+
+        custom = self.client.CustomObjectsApi(self.core.api_client)
+        try:
+            pols: Any = custom.list_namespaced_custom_object(*POLICY_API, ns, "elasticpolicies")
+        except ApiException as exc:
+            raise ElastoreError(f"listing ElasticPolicies in {ns}: {exc.reason}") from exc
+        found = []
+        for o in pols.get("items", []):
+            spec = o.get("spec") or {}
+            tgt = spec.get("target") or {}
+            if spec.get("mode", "Recommend") == "Enforce" and tgt.get("name") == name and \
+                    tgt.get("kind") == "CassandraDatacenter" and \
+                    o["metadata"]["name"] != policy:
                 found.append(f"ElasticPolicy/{o['metadata']['name']}")
         return sorted(found)
 

@@ -7,8 +7,8 @@ operator's tests without an API server). The operator's runner sees only this pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from elastore.actuators.nodetool import Ring
 from elastore.errors import ElastoreError
@@ -34,6 +34,53 @@ class StatefulSetFacts:
     volume_bytes: float | None  # its requested size
     managed: bool = False  # labelled MANAGED_LABEL=true: it opts in to Enforce
     owner: str | None = None  # "Kind/name" of its controller owner (ownerReferences)
+
+
+#: the CassandraDatacenter API of cass-operator (group, version, plural)
+CASSDC_API = ("cassandra.datastax.com", "v1beta1", "cassandradatacenters")
+#: the pod label cass-operator puts on a node it is decommissioning, and its value
+#: (k8ssandra/cass-operator apis/cassandra/v1beta1: CassNodeState; pkg/reconciliation)
+NODE_STATE_LABEL = "cassandra.datastax.com/node-state"
+DECOMMISSIONING = "Decommissioning"
+#: the label k8ssandra-operator puts on the CassandraDatacenters of a K8ssandraCluster
+#: (k8ssandra/k8ssandra-operator apis/k8ssandra/v1alpha1/constants.go)
+K8SSANDRA_CLUSTER_LABEL = "k8ssandra.io/cluster-name"
+
+
+@dataclass(frozen=True)
+class DatacenterFacts:
+    """A CassandraDatacenter and its pods as read this tick."""
+
+    name: str
+    size: int  # spec.size
+    racks: tuple[str, ...]  # spec.racks' names (cass-operator's default: one, "default")
+    generation: int
+    observed_generation: int  # status.observedGeneration (0: never reported)
+    progress: str  # status.cassandraOperatorProgress ("" when absent)
+    #: condition type -> status ("True", "False", "Unknown")
+    conditions: dict[str, str] = field(default_factory=dict)
+    pods: tuple[str, ...] = ()  # the datacenter's pods (its racks' StatefulSets')
+    ready_pods: int = 0
+    decommissioning: tuple[str, ...] = ()  # pods labelled node-state=Decommissioning
+    volume_bytes: float | None = None  # each node's data volume request
+    managed: bool = False  # labelled elastore.io/managed=true
+    owner: str | None = None  # what owns it: a controller ownerReference or K8ssandraCluster
+
+
+@runtime_checkable
+class DatacenterPort(Protocol):
+    """The reads and the one write of a cass-operator CassandraDatacenter."""
+
+    def datacenter(self, ns: str, name: str) -> DatacenterFacts | None:
+        """The datacenter, its racks and pods, and what cass-operator reports; None if it
+        does not exist (or the CRD is not installed)."""
+
+    def resize_datacenter(self, ns: str, name: str, size: int, expect: int) -> None:
+        """Set ``spec.size``, only if it is ``expect`` now (compare-and-set on the
+        resourceVersion): else :class:`DriftError`."""
+
+    def datacenter_contenders(self, ns: str, name: str, policy: str) -> list[str]:
+        """ElasticPolicies in Enforce other than ``policy`` on the same datacenter."""
 
 
 class ClusterPort(Protocol):

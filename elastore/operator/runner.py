@@ -36,10 +36,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, DriftError, StatefulSetFacts
+from elastore.actuators.ports import (
+    MANAGED_LABEL,
+    ClusterPort,
+    DatacenterFacts,
+    DatacenterPort,
+    DriftError,
+    StatefulSetFacts,
+)
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
-from elastore.operator import bandwidth, calibration, control, operation
+from elastore.operator import bandwidth, calibration, control, dcoperation, operation
 from elastore.operator import interference as hubbub
 from elastore.operator.metrics import (
     MetricsSource,
@@ -50,7 +57,7 @@ from elastore.operator.metrics import (
 )
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runtime import DEFAULT_NODETOOLS
-from elastore.operator.spec import PolicySpec, SpecError, parse
+from elastore.operator.spec import DATACENTER, PolicySpec, SpecError, parse
 from elastore.operator.status import PolicyStore, condition, iso, set_condition
 from elastore.operator.telemetry import OperatorMetrics
 from elastore.planner.types import Operation
@@ -93,6 +100,8 @@ class _Tick:
     out: dict[str, Any] = field(default_factory=dict)  # the status patch
     spec: PolicySpec | None = None
     sts: StatefulSetFacts | None = None
+    #: a CassandraDatacenter target as read (``sts`` is then its sizes, for the shared parts)
+    dc: DatacenterFacts | None = None
     memory: control.Memory = field(default_factory=control.Memory)
     evidence: bool = False  # the last observation succeeded
     blocked: tuple[str, str] | None = None  # (reason, message): Enforce may not touch it
@@ -107,6 +116,8 @@ class _Tick:
         """The target's pods now: ordinals up to the larger of its replicas and the
         operation's ``toReplicas`` (the operation as this tick leaves it)."""
         assert self.spec is not None and self.sts is not None
+        if self.dc is not None:  # cass-operator's pods, as its StatefulSets have them
+            return list(self.dc.pods)
         op = self.out["operation"] if "operation" in self.out else \
             self.status.get("operation")
         to = op.get("toReplicas") if isinstance(op, dict) else None
@@ -230,7 +241,24 @@ class Runner:
                           f"{list(t.spec.target.nodetool)} is not one of the commands this "
                           f"operator runs ({allowed}; `elastore operator run --nodetool`, "
                           "the chart's nodetool.allowed): nothing is done")
-        t.sts = self.kube.statefulset(self.namespace, t.spec.target.name)
+        if t.spec.target.kind == DATACENTER:
+            if not isinstance(self.kube, DatacenterPort):
+                return 60.0, ("TargetNotSupported", "this operator's cluster port cannot read "
+                                                    "CassandraDatacenters")
+            t.dc = self.kube.datacenter(self.namespace, t.spec.target.name)
+            if t.dc is None:
+                msg = (f"CassandraDatacenter {self.namespace}/{t.spec.target.name} not found "
+                       "(is cass-operator's CRD installed?)")
+                return min(t.spec.control_period_s, RETRY_S), ("TargetNotFound", msg)
+            d = t.dc
+            t.sts = StatefulSetFacts(d.name, d.size, d.ready_pods, len(d.pods), None,
+                                     d.volume_bytes, d.managed, d.owner)
+            up, down = dcoperation.step_sizes(d.size, len(d.racks))
+            t.out["datacenter"] = {"racks": list(d.racks), "size": d.size,
+                                   "readyPods": d.ready_pods, "stepUp": up, "stepDown": down,
+                                   "cassOperator": dcoperation.busy(d) or "Ready"}
+        else:
+            t.sts = self.kube.statefulset(self.namespace, t.spec.target.name)
         if t.sts is None:
             msg = f"StatefulSet {self.namespace}/{t.spec.target.name} not found"
             return min(t.spec.control_period_s, RETRY_S), ("TargetNotFound", msg)
@@ -245,7 +273,7 @@ class Runner:
         policy keeps forecasting and recommending."""
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
-        ref = f"StatefulSet {self.namespace}/{sts.name}"
+        ref = f"{spec.target.kind} {self.namespace}/{sts.name}"
         if not sts.managed:
             t.blocked = ("NotOptedIn", f"{ref} is not labelled {MANAGED_LABEL}=true: Enforce "
                                        "acts only on a target that opts in")
@@ -253,7 +281,9 @@ class Runner:
             t.blocked = ("OwnedByController", f"{ref} is controlled by {sts.owner}: scaling "
                                               "it would fight its owner; scale the owner")
         else:
-            others = self.kube.contenders(self.namespace, sts.name, self.name)
+            others = self.kube.datacenter_contenders(self.namespace, sts.name, self.name) \
+                if isinstance(self.kube, DatacenterPort) and t.dc is not None else \
+                self.kube.contenders(self.namespace, sts.name, self.name)
             if others:
                 t.blocked = ("TargetContended", f"{ref} is also scaled by "
                                                 f"{', '.join(others)}: one scaler per target")
@@ -289,7 +319,10 @@ class Runner:
             return False
         if t.blocked is None:
             try:
-                operation.check_identity(op, t.spec.target.name, t.sts.pvc_template)
+                if t.dc is not None:
+                    dcoperation.check_identity(op, t.spec.target.name, len(t.dc.racks))
+                else:
+                    operation.check_identity(op, t.spec.target.name, t.sts.pvc_template)
             except ElastoreError as exc:
                 t.blocked = ("StatusRejected", f"the operation in the status is not this "
                                                f"policy's own: {exc}; touching nothing")
@@ -298,12 +331,13 @@ class Runner:
             t.cond(_scaling(op.kind), True, "Blocked",
                    f"{op.kind} {op.from_replicas} -> {op.to_replicas} held: {t.blocked[1]}")
             return True
-        new, done = self._advance(t, op)
+        new, done = self._advance_dc(t, op) if t.dc is not None else self._advance(t, op)
         t.operation = None if done else new
         if not done:
             return True
-        sts = self.kube.statefulset(self.namespace, t.spec.target.name)
-        self._current(t, sts or t.sts)
+        if t.dc is None:
+            sts = self.kube.statefulset(self.namespace, t.spec.target.name)
+            self._current(t, sts or t.sts)
         return False
 
     def _aborting(self, t: _Tick) -> str | None:
@@ -319,7 +353,10 @@ class Runner:
         """Stop following an operation, safely: nothing more is issued. A node that is
         joining finishes by itself; a decommission is never re-issued (a node already
         LEAVING finishes leaving in Cassandra, and its pod stays)."""
-        if op.kind == "ScaleOut":
+        if t.dc is not None:
+            left = (f"spec.size stays {t.dc.size}: cass-operator carries on with it; set it "
+                    "back by hand if that is not wanted")
+        elif op.kind == "ScaleOut":
             left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
                     f"{op.pod} finishes joining by itself")
         elif op.phase in ("Decommissioning", "Stuck") and op.decommission_issued_s is None:
@@ -715,6 +752,22 @@ class Runner:
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
         target = control.target_at(t.memory.actions, t.now, sts.spec_replicas)
+        step_to: int | None = None
+        if t.dc is not None and target != sts.spec_replicas:
+            # rack-balanced steps: up to the next multiple of the racks as soon as the plan
+            # wants more; down only once the plan wants the next multiple below (or less)
+            up, down = dcoperation.step_sizes(sts.spec_replicas, len(t.dc.racks))
+            if target > sts.spec_replicas:
+                step_to = up
+            elif target <= down:
+                step_to = down
+            else:
+                for ctype in ("ScalingUp", "ScalingDown"):
+                    t.cond(ctype, False, "RackStep", f"the plan wants {target} replicas; "
+                           f"{len(t.dc.racks)} rack(s): the next balanced size down is {down}")
+                t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode "
+                                               f"{spec.mode}")
+                return False
         if target == sts.spec_replicas:
             for ctype in ("ScalingUp", "ScalingDown"):
                 t.cond(ctype, False, "Idle", "no change under way")
@@ -724,8 +777,10 @@ class Runner:
             else "ScaleIn"
         ctype = _scaling(kind)
         if not spec.enforce:
-            t.cond(ctype, False, "Recommend", f"the plan wants {target} replicas now (mode "
-                                              "Recommend: nothing is changed)")
+            step = "" if step_to is None else \
+                f"; the rack-balanced step is {sts.spec_replicas} -> {step_to}"
+            t.cond(ctype, False, "Recommend", f"the plan wants {target} replicas now{step} "
+                                              "(mode Recommend: nothing is changed)")
         elif not t.evidence:
             t.cond(ctype, False, "NoEvidence", "the last observation failed: no action")
         elif t.blocked is not None:
@@ -736,12 +791,19 @@ class Runner:
             t.cond(ctype, False, *partial)
         elif kind == "ScaleIn" and (learning := self._learning_gate(t)) is not None:
             t.cond(ctype, False, "ModelLearning", learning)
-        elif (refused := self._refuse(spec, sts, kind)) is not None:
+        elif t.dc is not None and (busy := dcoperation.busy(t.dc)) is not None:
+            t.cond(ctype, False, "DatacenterBusy", f"the plan wants {step_to} replicas; no "
+                                                   f"step while {busy}")
+        elif (refused := self._refuse(spec, sts, kind, step_to,
+                                      t.dc.pods[0] if t.dc and t.dc.pods else "")) is not None:
             t.cond(ctype, False, "Refused", refused)
             self.policies.event(t.body, f"{kind}Refused", refused, warning=True)
         else:
             t.ring_checked = kind == "ScaleIn"
-            self._begin(t, kind)
+            if t.dc is not None and step_to is not None:
+                self._begin_dc(t, kind, step_to)
+            else:
+                self._begin(t, kind)
             return True
         t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
         return False
@@ -780,6 +842,71 @@ class Runner:
             self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
         self._advance(t, new)
 
+    def _begin_dc(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"], to: int) -> None:
+        """A datacenter's step: the intent in the status, then ``spec.size``."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        data = (t.status.get("observed") or {}).get("dataBytes")
+        rate = t.out.get("migrationMiBps", t.status.get("migrationMiBps"))
+        expected = dcoperation.expected_step_seconds(
+            kind, sts.spec_replicas, to, None if data is None else float(data),
+            float(rate) if rate is not None else spec.min_migration_mibps,
+            spec.node_overhead_s)
+        new = dcoperation.start(kind, spec.target.name, sts.spec_replicas, to, t.now, expected)
+        msg = (f"{sts.spec_replicas} -> {to} replicas (CassandraDatacenter "
+               f"{spec.target.name}, {len(t.dc.racks) if t.dc else 1} rack(s)), planned at "
+               f"{iso(t.memory.actions[0].at_s)}; expected to take {expected:.0f} s")
+        t.cond(_scaling(kind), True, f"{kind}Started", msg)
+        t.out["operation"] = new.to_status()
+        t.out["conditions"] = t.conds
+        self.policies.patch_status(self.namespace, self.name, t.out)  # intent first
+        self.policies.event(t.body, f"{kind}Started", msg)
+        if self.telemetry is not None:
+            self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
+        self._advance_dc(t, new)
+
+    def _advance_dc(self, t: _Tick, op: operation.OperationState
+                    ) -> tuple[operation.OperationState, bool]:
+        """One step of a datacenter's resize (:mod:`elastore.operator.dcoperation`): the
+        state is written before its effect, as for a node step."""
+        spec, dc = t.spec, t.dc
+        assert spec is not None and dc is not None and isinstance(self.kube, DatacenterPort)
+        new, effect, done = dcoperation.advance(op, dc, t.now)
+        ctype = _scaling(op.kind)
+        if effect == "stuck" or new.phase == "Stuck":
+            if effect == "stuck":
+                self.policies.event(t.body, "OperationStuck", new.message, warning=True)
+                self.policies.patch_status(self.namespace, self.name,
+                                           {"operation": new.to_status()})
+            t.cond(ctype, True, "Stuck", new.message)
+            t.out["operation"] = new.to_status()
+            return new, False
+        if effect == "conflict":
+            t.blocked = ("Drift", new.message)
+            self._conflict(t)
+            t.cond(ctype, True, "Blocked", new.message)
+            t.out["operation"] = new.to_status()
+            return new, False
+        t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
+        if new.phase != op.phase:
+            self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
+        self.policies.patch_status(self.namespace, self.name,
+                                   {"operation": None if done else new.to_status()})
+        if effect == "resize":
+            try:
+                self.kube.resize_datacenter(self.namespace, spec.target.name, new.to_replicas,
+                                            expect=op.from_replicas)
+            except DriftError as exc:
+                t.blocked = ("Drift", str(exc))
+                self._conflict(t)
+                t.out["operation"] = new.to_status()
+                return new, False
+        t.cond(ctype, not done, f"{op.kind}{new.phase}", new.message)
+        t.out["operation"] = None if done else new.to_status()
+        if done:
+            t.out["currentReplicas"] = dc.size
+        return new, done
+
     def _decommission_refused(self, t: _Tick, op: operation.OperationState, refused: str
                               ) -> tuple[operation.OperationState, bool]:
         """The ring is not fit for the decommission the operation is about to issue. Never
@@ -812,11 +939,15 @@ class Runner:
         return min(waits)
 
     # -- checks and node steps -----------------------------------------------------------------
-    def _refuse(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str) -> str | None:
-        """Why a node step may not start (None: it may). A scale-in reads the ring."""
+    def _refuse(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str,
+                step_to: int | None = None, reader: str = "") -> str | None:
+        """Why a node step (or a datacenter's step to ``step_to``) may not start (None: it
+        may). A scale-in reads the ring."""
         if spec.target.store != "cassandra":
             return (f"store {spec.target.store}: this version forecasts and recommends for it "
                     "but acts only on Cassandra (its ring actuator is not built yet)")
+        if step_to is not None:
+            return self._refuse_dc(spec, sts, kind, step_to, reader)
         if kind == "ScaleOut":
             if sts.spec_replicas + 1 > spec.max_replicas:
                 return f"replicas.max is {spec.max_replicas}"
@@ -829,16 +960,34 @@ class Runner:
             return f"only {sts.ready_replicas} of {sts.spec_replicas} pods are ready"
         return self._ring_refusal(spec, sts, f"{spec.target.name}-{sts.spec_replicas - 1}")
 
-    def _ring_refusal(self, spec: PolicySpec, sts: StatefulSetFacts, pod: str) -> str | None:
+    def _refuse_dc(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str, to: int,
+                   reader: str) -> str | None:
+        """A datacenter's step; a scale-in's ring is read through ``reader`` (its first
+        pod), for every node the step removes."""
+        racks = f"{sts.spec_replicas} -> {to} (a rack-balanced step)"
+        if kind == "ScaleOut":
+            if to > spec.max_replicas:
+                return f"{racks} is above replicas.max {spec.max_replicas}"
+            return None
+        floor = max(spec.min_replicas, spec.target.replication_factor)
+        if to < floor:
+            return f"{racks}: never below max(replicas.min, replicationFactor) = {floor}"
+        return self._ring_refusal(spec, sts, reader, sts.spec_replicas - to)
+
+    def _ring_refusal(self, spec: PolicySpec, sts: StatefulSetFacts, pod: str,
+                      leaving: int = 1) -> str | None:
         """The checks before every decommission, on the cluster as nodetool shows it in the
-        leaving pod (:mod:`elastore.operator.ringcheck`); unreadable is a refusal."""
+        leaving pod (:mod:`elastore.operator.ringcheck`); unreadable is a refusal. For a
+        datacenter, read through one of its pods, for ``leaving`` nodes."""
+        if not pod:
+            return "no pod to read the ring through"
         try:
             ring = self.kube.ring(self.namespace, pod, spec.target.container,
                                   spec.target.nodetool)
         except ElastoreError as exc:
             return f"the ring could not be read through {pod}: {exc}"
         refused = decommission_refusal(ring, sts.volume_bytes, spec.min_free_fraction,
-                                       spec.compaction_margin)
+                                       spec.compaction_margin, leaving)
         return None if refused is None else f"{pod}: {refused}"
 
     def _advance(self, t: _Tick, op: operation.OperationState

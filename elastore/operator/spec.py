@@ -64,6 +64,14 @@ def parse_duration(text: str, where: str) -> float:
     return sum(float(n) * _UNIT_S[u] for n, u in _PART.findall(text.strip()))
 
 
+#: ``spec.target.kind``: a bare StatefulSet, or a cass-operator datacenter
+DATACENTER = "CassandraDatacenter"
+TARGET_KINDS = ("StatefulSet", DATACENTER)
+#: the exporter a cass-operator datacenter runs: the Management API's /metrics, which
+#: cass-operator's pods serve (k8ssandra/management-api-for-apache-cassandra)
+DATACENTER_PRESET = "management-api"
+
+
 @dataclass(frozen=True)
 class Target:
     name: str
@@ -128,6 +136,8 @@ class Prometheus:
     #: the target's replication factor (a preset that counts replica writes divides by it)
     replication_factor: int = 3
     auth: PrometheusAuth = field(default_factory=lambda: PrometheusAuth())
+    #: the target's kind: which pod names are its own
+    target_kind: str = "StatefulSet"
 
     def scope(self, namespace: str, target: str) -> str:
         """The label matchers that keep the default queries to the target's own pods."""
@@ -137,7 +147,13 @@ class Prometheus:
         if self.pod_label:
             # a StatefulSet's name is a DNS subdomain: "." is its only regex character
             # (escaped once for the regex, once for PromQL's string)
-            parts.append(f'{self.pod_label}=~"{target.replace(".", chr(92) * 2 + ".")}-[0-9]+"')
+            name = target.replace(".", chr(92) * 2 + ".")
+            if self.target_kind == DATACENTER:
+                # cass-operator's pods: <cluster>-<datacenter>-<rack>-sts-<ordinal>
+                # (pkg/reconciliation/construct_statefulset.go, NewStatefulSetName)
+                parts.append(f'{self.pod_label}=~".+-{name}-.+-sts-[0-9]+"')
+            else:
+                parts.append(f'{self.pod_label}=~"{name}-[0-9]+"')
         if self.selector:
             parts.append(self.selector)
         return ",".join(parts)
@@ -384,11 +400,15 @@ def parse(spec: Any) -> PolicySpec:
     container = t.get("container", "cassandra")
     if not isinstance(container, str) or not _CONTAINER.match(container):
         raise SpecError(f"not a container name: {container!r}", "spec.target.container")
+    if not _NAME.match(name) or len(name) > 253:
+        raise SpecError(f"not a Kubernetes object name: {name!r}", "spec.target.name")
     target = Target(
         name=name, replication_factor=rf,
-        kind=_enum(t.get("kind", "StatefulSet"), ("StatefulSet",), "spec.target.kind"),
+        kind=_enum(t.get("kind", "StatefulSet"), TARGET_KINDS, "spec.target.kind"),
         store=_enum(t.get("store", "cassandra"), ("cassandra", "swift"), "spec.target.store"),
         container=container, nodetool=tuple(nodetool))
+    if target.kind == DATACENTER and target.store != "cassandra":
+        raise SpecError("a CassandraDatacenter is a Cassandra store", "spec.target.store")
     r = spec.get("replicas")
     if not isinstance(r, dict):
         raise SpecError("is required", "spec.replicas")
@@ -485,8 +505,10 @@ def parse(spec: Any) -> PolicySpec:
                           namespace_label=_label(p, "namespaceLabel", "namespace"),
                           pod_label=_label(p, "podLabel", "pod"), percentile=pct,
                           replication_factor=rf,
-                          preset=_enum(p.get("preset", DEFAULT_PRESET), tuple(PRESETS),
-                                       "spec.metrics.prometheus.preset"),
+                          preset=_enum(p.get("preset", DATACENTER_PRESET
+                                             if target.kind == DATACENTER else DEFAULT_PRESET),
+                                       tuple(PRESETS), "spec.metrics.prometheus.preset"),
+                          target_kind=target.kind,
                           auth=_auth(p, url))
     if mode == "Enforce" and prom is None:
         raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "

@@ -181,6 +181,30 @@ def kwok_stages_dir() -> Path:
     return d
 
 
+#: cass-operator, whose CassandraDatacenter CRD the datacenter suite installs. The newest
+#: release the module proxy and the checksum database both serve here: v1.23.0 to v1.26.0
+#: are served but absent from sum.golang.org, v1.27.0 is refused (2026-11).
+CASS_OPERATOR_VERSION = "1.22.4"
+CASSDC_CRD = "config/crd/bases/cassandra.datastax.com_cassandradatacenters.yaml"
+
+
+def cass_operator_crd() -> Path:
+    """cass-operator's own CassandraDatacenter CRD, from its module source (the Go module
+    proxy, verified against the checksum database; cached by Go's module cache)."""
+    go = _go()
+    res = subprocess.run([go, "mod", "download", "-json",
+                          f"github.com/k8ssandra/cass-operator@v{CASS_OPERATOR_VERSION}"],
+                         env=dict(_go_env(), GOFLAGS=""), capture_output=True, text=True,
+                         cwd=tempfile.gettempdir(), timeout=900)
+    if res.returncode != 0:
+        raise ElastoreError(f"cannot download cass-operator v{CASS_OPERATOR_VERSION}: "
+                            f"{(res.stdout + res.stderr).strip()[-800:]}")
+    crd = Path(json.loads(res.stdout)["Dir"]) / CASSDC_CRD
+    if not crd.is_file():
+        raise ElastoreError(f"cass-operator's CassandraDatacenter CRD is missing from {crd}")
+    return crd
+
+
 def ensure_binaries(progress: Callable[[str], None] | None = None) -> Path:
     """The directory holding all of :data:`BINARIES`, building what is missing."""
     out = bin_dir()

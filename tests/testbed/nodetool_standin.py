@@ -11,7 +11,8 @@ node ``LEAVING`` for :data:`LEAVE_S` seconds and then ``DECOMMISSIONED`` (for
 holds a decommission open to act during it).
 
 The ring a decommission is judged on, as Cassandra 5.0's nodetool prints it: ``status``
-lists nodes 0..k for a call in pod k (a scale-in always leaves from the highest ordinal),
+lists nodes 0..k for a call in pod k (a scale-in always leaves from the highest ordinal;
+a file ``nodes`` in the directory overrides the count),
 each UN with :data:`LOAD` (DN while a file ``down-<node>`` exists); ``describecluster``
 lists keyspace ``ks`` at RF 3; ``info`` gives the node's host ID.
 """
@@ -67,9 +68,12 @@ def main(argv: list[str]) -> int:
               "|/ State=Normal/Leaving/Joining/Moving\n"
               "--  Address    Load       Tokens  Owns (effective)  Host ID"
               "                               Rack")
-        for k in range(node + 1):
+        # a file "nodes" holds the ring's size when the test keeps it (a datacenter's
+        # step reads the ring through its first pod)
+        count = int((d / "nodes").read_text()) if (d / "nodes").exists() else node + 1
+        for k in range(count):
             state = "DN" if (d / f"down-{k}").exists() else "UN"
-            print(f"{state}  10.0.0.{k + 1}  {LOAD}  16      {300 / (node + 1):.1f}%"
+            print(f"{state}  10.0.0.{k + 1}  {LOAD}  16      {300 / count:.1f}%"
                   f"             {host_id(k)}  rack1")
         return 0
     if argv[:1] == ["describecluster"]:

@@ -1,0 +1,151 @@
+"""A cass-operator datacenter's resize as elastore decides it: the rack-balanced step, the
+multi-node migration-time model, the checks before a step, and the state machine that
+follows cass-operator (elastore.operator.dcoperation, elastore.operator.ringcheck). Pure:
+the facts are the ones cass-operator's status and pods carry (k8ssandra/cass-operator
+v1.22.4); the real CRD on a real API server is test_datacenter_k8s.py."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from elastore.actuators.nodetool import Replication, Ring, RingNode
+from elastore.actuators.ports import DatacenterFacts
+from elastore.errors import ElastoreError
+from elastore.operator import dcoperation as dco
+from elastore.operator.operation import expected_seconds
+from elastore.operator.ringcheck import decommission_refusal
+from elastore.units import GIB
+
+READY = DatacenterFacts(name="dc1", size=3, racks=("r1", "r2", "r3"), generation=4,
+                        observed_generation=4, progress="Ready",
+                        conditions={"Ready": "True", "ScalingUp": "False",
+                                    "ScalingDown": "False"},
+                        pods=("c-dc1-r1-sts-0", "c-dc1-r2-sts-0", "c-dc1-r3-sts-0"),
+                        ready_pods=3, volume_bytes=100 * GIB, managed=True)
+
+
+def test_datacenter_steps_are_multiples_of_its_racks() -> None:
+    assert dco.step_sizes(3, 3) == (6, 0)
+    assert dco.step_sizes(6, 3) == (9, 3)
+    assert dco.step_sizes(4, 3) == (6, 3)  # off the grid (set by hand): onto it
+    assert dco.step_sizes(5, 1) == (6, 4)
+    assert dco.step_sizes(5, 0) == (6, 4)  # no racks listed: cass-operator's one rack
+
+
+def test_a_step_of_several_nodes_takes_their_serial_migrations() -> None:
+    """cass-operator moves a step's nodes one at a time: 3 -> 6 is the joins of a 4th, a
+    5th and a 6th node, each receiving its share of the data at the rate in force."""
+    data, rate, over = 30 * GIB, 8.0, 60.0
+    got = dco.expected_step_seconds("ScaleOut", 3, 6, data, rate, over)
+    want = sum(expected_seconds("ScaleOut", n, data, rate, over) for n in (3, 4, 5))
+    assert got == pytest.approx(want)
+    assert got > 3 * over + data / 6 / (rate * 2**20)  # more than three small shares
+    down = dco.expected_step_seconds("ScaleIn", 6, 3, data, rate, over)
+    assert down == pytest.approx(sum(expected_seconds("ScaleIn", n, data, rate, over)
+                                     for n in (6, 5, 4)))
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (dict(observed_generation=3), "not yet reconciled generation 4"),
+    (dict(progress="Updating"), "cassandraOperatorProgress is 'Updating'"),
+    (dict(progress=""), "is 'absent'"),
+    (dict(conditions={"Ready": "True", "ScalingUp": "True"}), "reports ScalingUp"),
+    (dict(conditions={"Ready": "True", "RollingRestart": "True"}), "RollingRestart"),
+    (dict(conditions={"Ready": "False"}), "Ready condition is not True"),
+    (dict(decommissioning=("c-dc1-r3-sts-0",)), "c-dc1-r3-sts-0 being decommissioned"),
+    (dict(ready_pods=2), "2 of 3 pods ready"),
+])
+def test_no_step_while_cass_operator_reports_work(change: dict[str, object], says: str
+                                                  ) -> None:
+    assert dco.busy(READY) is None
+    got = dco.busy(replace(READY, **change))  # type: ignore[arg-type]
+    assert got is not None and says in got
+
+
+def test_a_scale_out_resizes_once_then_follows_cass_operator_to_the_end() -> None:
+    op = dco.start("ScaleOut", "dc1", 3, 6, 1000.0, 600.0)
+    assert (op.phase, op.pod, op.to_replicas) == ("Resizing", "CassandraDatacenter/dc1", 6)
+    dco.check_identity(op, "dc1", 3)
+    op, effect, done = dco.advance(op, READY, 1001.0)
+    assert (op.phase, effect, done) == ("Resizing", "resize", False)
+    # the patch landed: generation 5, cass-operator not there yet
+    patched = replace(READY, size=6, generation=5)
+    op, effect, done = dco.advance(op, patched, 1002.0)
+    assert (op.phase, effect, done) == ("Following", "none", False)
+    working = replace(patched, progress="Updating",
+                      conditions={"Ready": "True", "ScalingUp": "True"},
+                      pods=(*READY.pods, "c-dc1-r1-sts-1"), ready_pods=3)
+    for facts in (patched, working, replace(working, conditions={"Ready": "True"},
+                                            progress="Ready")):
+        op, effect, done = dco.advance(op, facts, 1100.0)
+        assert (op.phase, effect, done) == ("Following", "none", False), op.message
+    six = tuple(f"c-dc1-r{r}-sts-{k}" for r in (1, 2, 3) for k in (0, 1))
+    finished = replace(patched, observed_generation=5, pods=six, ready_pods=6)
+    op, effect, done = dco.advance(op, finished, 1200.0)
+    assert (op.phase, effect, done) == ("Done", "none", True)
+
+
+def test_a_scale_in_waits_for_every_decommission_cass_operator_runs() -> None:
+    six = tuple(f"c-dc1-r{r}-sts-{k}" for r in (1, 2, 3) for k in (0, 1))
+    at6 = replace(READY, size=6, pods=six, ready_pods=6)
+    op = dco.start("ScaleIn", "dc1", 6, 3, 0.0, 900.0)
+    dco.check_identity(op, "dc1", 3)
+    op, effect, _ = dco.advance(op, at6, 1.0)
+    assert effect == "resize"
+    leaving = replace(at6, size=3, generation=5, progress="Updating",
+                      conditions={"Ready": "True", "ScalingDown": "True"},
+                      decommissioning=("c-dc1-r1-sts-1",))
+    op, effect, done = dco.advance(op, leaving, 2.0)
+    assert (op.phase, done) == ("Following", False)
+    op, effect, done = dco.advance(op, leaving, 3.0)
+    assert "ScalingDown" in op.message and not done
+    gone = replace(READY, generation=5, observed_generation=5)
+    op, effect, done = dco.advance(op, gone, 4.0)
+    assert (op.phase, done) == ("Done", True)
+
+
+def test_someone_elses_size_is_drift_and_the_deadline_is_stuck() -> None:
+    op = dco.start("ScaleOut", "dc1", 3, 6, 0.0, 100.0)
+    new, effect, done = dco.advance(op, replace(READY, size=4), 1.0)
+    assert effect == "conflict" and "drift" in new.message and not done
+    following = replace(op, phase="Following")
+    new, effect, _ = dco.advance(following, READY, 1.0)  # back to 3 after the resize
+    assert effect == "conflict"
+    late = following.deadline_s + 1  # type: ignore[operator]
+    new, effect, done = dco.advance(following, replace(READY, size=6, generation=5), late)
+    assert (new.phase, effect, done) == ("Stuck", "stuck", False)
+    assert dco.advance(new, READY, late + 1)[1] == "none"  # a human decides
+
+
+def test_an_operation_that_is_not_this_datacenters_step_is_refused() -> None:
+    op = dco.start("ScaleOut", "dc1", 3, 6, 0.0, 100.0)
+    with pytest.raises(ElastoreError, match="not this datacenter's step"):
+        dco.check_identity(replace(op, to_replicas=9), "dc1", 3)
+    with pytest.raises(ElastoreError, match="names"):
+        dco.check_identity(op, "dc2", 3)
+    with pytest.raises(ElastoreError, match="not this datacenter's step"):
+        dco.check_identity(op, "dc1", 1)  # one rack: 3 -> 4
+    with pytest.raises(ElastoreError):
+        dco.start("ScaleIn", "dc1", 3, 6, 0.0, 1.0)
+
+
+def _ring(loads_gib: list[float], rf: int) -> Ring:
+    nodes = tuple(RingNode(state="UN", address=f"10.0.0.{k}", load_bytes=x * GIB,
+                           host_id=f"h{k}", dc="dc1") for k, x in enumerate(loads_gib))
+    return Ring(nodes=nodes, self_id="h0",
+                keyspaces={"shop": Replication("NetworkTopologyStrategy", {"dc1": rf})})
+
+
+def test_a_step_down_of_several_nodes_checks_replication_and_space_for_all_of_them() -> None:
+    six = _ring([20.0] * 6, rf=3)
+    assert decommission_refusal(six, 100 * GIB, 0.2, 0.1) is None
+    assert decommission_refusal(six, 100 * GIB, 0.2, 0.1, leaving=3) is None
+    refused = decommission_refusal(six, 100 * GIB, 0.2, 0.1, leaving=4)
+    assert refused is not None and "RF 3 in dc1 and 2 node(s)" in refused
+    # 3 of 6 nodes at 40 GiB leave: 120 GiB over 3 -> 40 + 40 each, +10 %: 88 > 80
+    full = _ring([40.0] * 6, rf=3)
+    assert decommission_refusal(full, 100 * GIB, 0.2, 0.1, leaving=1) is None
+    refused = decommission_refusal(full, 100 * GIB, 0.2, 0.1, leaving=3)
+    assert refused is not None and "free space" in refused and "3 leaving nodes" in refused
