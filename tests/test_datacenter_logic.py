@@ -149,3 +149,19 @@ def test_a_step_down_of_several_nodes_checks_replication_and_space_for_all_of_th
     assert decommission_refusal(full, 100 * GIB, 0.2, 0.1, leaving=1) is None
     refused = decommission_refusal(full, 100 * GIB, 0.2, 0.1, leaving=3)
     assert refused is not None and "free space" in refused and "3 leaving nodes" in refused
+
+
+def test_a_datacenter_steps_down_only_when_the_forecast_fits_the_smaller_size() -> None:
+    """The planner plans one node at a time: 6 -> 5 now. The step goes to 3 only when the
+    forecast's need over the stabilization window (its raw recommendations) fits in 3."""
+    recent = ((100.0, 5), (130.0, 3))
+    assert dco.step_down_held(5, 6, 3, recent, 140.0, 60.0) is not None  # 5 seen at 100
+    held = dco.step_down_held(5, 6, 3, recent, 140.0, 60.0)
+    assert held is not None and "needs 5" in held and "rack-balanced size 3" in held
+    assert dco.step_down_held(5, 6, 3, recent, 170.0, 60.0) is None  # 5 aged out
+    assert dco.step_down_held(6, 6, 3, recent, 170.0, 60.0) is None  # nothing wanted
+    assert dco.step_down_held(7, 6, 3, recent, 170.0, 60.0) == "the plan wants more"
+    assert dco.step_down_held(5, 6, 3, (), 170.0, 60.0) is not None  # nothing known: hold
+    # a window of 0: the newest recommendation alone
+    assert dco.step_down_held(5, 6, 3, ((170.0, 3),), 170.0, 0.0) is None
+    assert dco.step_down_held(5, 6, 3, ((170.0, 4),), 170.0, 0.0) is not None

@@ -78,6 +78,28 @@ def step_sizes(current: int, racks: int) -> tuple[int, int]:
     return (current // r + 1) * r, ((current - 1) // r) * r
 
 
+def step_down_held(target: int, current: int, down: int,
+                   recent: tuple[tuple[float, int], ...], now_s: float, window_s: float
+                   ) -> str | None:
+    """Why a datacenter does not step down to ``down`` now (None: it may). The planner
+    plans one node at a time: it wants a scale-in now (``target`` < ``current``), and the
+    forecast's own need, the highest raw recommendation of the stabilization window (the
+    HPA's rule, :mod:`elastore.planner.stabilization`), fits in ``down``: the whole step
+    is then as safe as the planner's first node."""
+    from elastore.planner.stabilization import within
+
+    if target >= current:
+        return None if target == current else "the plan wants more"
+    seen = [n for _, n in within(recent, now_s, max(window_s, 0.0))]
+    if not seen:
+        return "no recommendation of the stabilization window is known yet"
+    need = max(seen)
+    if need > down:
+        return (f"the plan wants {target} replicas now; the forecast needs {need} over the "
+                f"stabilization window, above the next rack-balanced size {down}")
+    return None
+
+
 def expected_step_seconds(kind: str, current: int, to: int, data_bytes: float | None,
                           mibps: float, overhead_s: float) -> float:
     """The migration-time model for a step of several nodes: cass-operator (and Cassandra's

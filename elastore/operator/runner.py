@@ -757,14 +757,17 @@ class Runner:
             # rack-balanced steps: up to the next multiple of the racks as soon as the plan
             # wants more; down only once the plan wants the next multiple below (or less)
             up, down = dcoperation.step_sizes(sts.spec_replicas, len(t.dc.racks))
+            held = dcoperation.step_down_held(target, sts.spec_replicas, down,
+                                              t.memory.recent_desired, t.now,
+                                              spec.stabilization_s)
             if target > sts.spec_replicas:
                 step_to = up
-            elif target <= down:
+            elif held is None:
                 step_to = down
             else:
-                for ctype in ("ScalingUp", "ScalingDown"):
-                    t.cond(ctype, False, "RackStep", f"the plan wants {target} replicas; "
-                           f"{len(t.dc.racks)} rack(s): the next balanced size down is {down}")
+                t.cond("ScalingUp", False, "Idle", "no change under way")
+                t.cond("ScalingDown", False, "RackStep", f"{held} ({len(t.dc.racks)} "
+                                                          "rack(s))")
                 t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode "
                                                f"{spec.mode}")
                 return False
