@@ -165,3 +165,23 @@ def test_a_datacenter_steps_down_only_when_the_forecast_fits_the_smaller_size() 
     # a window of 0: the newest recommendation alone
     assert dco.step_down_held(5, 6, 3, ((170.0, 3),), 170.0, 0.0) is None
     assert dco.step_down_held(5, 6, 3, ((170.0, 4),), 170.0, 0.0) is not None
+
+
+def test_a_datacenter_policy_reads_the_management_api_of_its_own_pods() -> None:
+    """The default preset for the kind, and the pods the queries keep to: cass-operator's
+    <cluster>-<datacenter>-<rack>-sts-<n> in the policy's namespace."""
+    from elastore.operator.spec import parse
+
+    spec = parse({"target": {"kind": "CassandraDatacenter", "name": "dc1",
+                             "replicationFactor": 3},
+                  "replicas": {"min": 3, "max": 9}, "slo": {"latencyMs": 50},
+                  "metrics": {"prometheus": {"url": "http://127.0.0.1:9090"}}})
+    assert spec.prometheus is not None and spec.prometheus.preset == "management-api"
+    q = spec.prometheus.query("readRps", "shop", "dc1")
+    assert 'pod=~".+-dc1-.+-sts-[0-9]+"' in q and 'namespace="shop"' in q, q
+    assert "org_apache_cassandra_metrics_client_request_latency" in q
+    import re
+
+    pods = re.compile(".+-dc1-.+-sts-[0-9]+")
+    assert pods.fullmatch("c1-dc1-r1-sts-0") and pods.fullmatch("my-cluster-dc1-rack-a-sts-12")
+    assert not pods.fullmatch("c1-dc2-r1-sts-0") and not pods.fullmatch("dc1-0")
