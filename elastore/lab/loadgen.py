@@ -78,6 +78,34 @@ def schedule(wl: Workload, rate_scale: float, windows: slice, seed: int
     return t[order], np.concatenate(writes)[order], np.concatenate(win)[order]
 
 
+#: in-flight writes while preloading: 10 KiB rows 50 at a time overloaded a slow lab's
+#: connections (the driver's ConnectionBusy, "overloaded", once timed-out requests piled up)
+PRELOAD_CONCURRENCY = 16
+PRELOAD_ROUNDS = 4  # a row whose write failed is written again, this many rounds at most
+
+
+def _preload(session: Any, write: Any, rows: list[tuple[int, bytes]], concurrency: int
+             ) -> None:
+    """Write every row, retrying the failed ones (a slow store times some out); a row that
+    still fails after :data:`PRELOAD_ROUNDS` is an error naming how many and why."""
+    from cassandra.concurrent import execute_concurrent_with_args
+
+    log.info("preloading %d keys of %d bytes ...", len(rows), VALUE_BYTES)
+    todo = rows
+    for attempt in range(1, PRELOAD_ROUNDS + 1):
+        results = execute_concurrent_with_args(session, write, todo, concurrency=concurrency,
+                                               raise_on_first_error=False)
+        failed = [(row, res) for row, (ok, res) in zip(todo, results, strict=True) if not ok]
+        if not failed:
+            return
+        log.warning("preload round %d: %d of %d writes failed (%s); retrying them",
+                    attempt, len(failed), len(todo), failed[0][1])
+        todo = [row for row, _ in failed]
+        time.sleep(2.0 * attempt)
+    raise ElastoreError(f"preloading: {len(todo)} of {len(rows)} writes still failed after "
+                        f"{PRELOAD_ROUNDS} rounds: {failed[0][1]}")
+
+
 def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
         preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
@@ -112,12 +140,8 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         write = session.prepare(f"INSERT INTO {keyspace}.pages (k, v) VALUES (?, ?)")
         read.consistency_level = write.consistency_level = ConsistencyLevel.ONE
         if preload:
-            from cassandra.concurrent import execute_concurrent_with_args
-
-            log.info("preloading %d keys of %d bytes ...", n_keys, VALUE_BYTES)
-            execute_concurrent_with_args(session, write,
-                                         [(k, values[k % len(values)]) for k in range(n_keys)],
-                                         concurrency=concurrency)
+            _preload(session, write, [(k, values[k % len(values)]) for k in range(n_keys)],
+                     min(concurrency, PRELOAD_CONCURRENCY))
         stats: dict[int, WindowStats] = {}
         for w in np.unique(win):
             stats[int(w)] = WindowStats(int(w), float(wl.start_s[w] - wl.start_s[win[0]]), 0, 0,
