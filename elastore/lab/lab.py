@@ -545,6 +545,7 @@ def decommission(which: str | int, d: Path | None = None) -> float:
     wait_for(f"node {node.n} to leave the ring",
              lambda: node.spec.ip not in _ring(state, other, lib), timeout_s=120)
     _stop(node.pid, node.root)
+    _stop(node.exporter_pid, node.root, program=EXAMPLE_PROGRAM)  # else it outlives the lab
     if node.netns and netns.exists(node.netns):
         netns.delete(node.netns)
     if node.cgroup:
