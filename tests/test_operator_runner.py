@@ -605,3 +605,69 @@ def test_hubbub_the_learned_effect_survives_an_operator_restart(ms: ModelSet) ->
     after = rig.policies.status["interference"]["learned"]
     assert after["observations"] == before["observations"] + 1
     assert after["bins"][5][0] > before["bins"][5][0]  # the same bin, continued
+
+
+def test_an_action_that_falls_due_during_a_slow_tick_starts_in_that_tick(ms: ModelSet) -> None:
+    """The stream-throttle calls (an exec each, seconds on a busy node) held a tick for 20 s
+    in CI and the planned scale-out started a period late: the step checks the clock when it
+    runs, not when the tick began."""
+    rig = Rig(ms, lambda _t: 2.0 * per_server(ms))
+    rig.run(600)
+    st = rig.policies.status
+    assert rig.kube.spec_replicas == 3 and not st["memory"]["actions"]
+    now = float(st["lastDecision"]["epoch"]) + 5  # no control period due in this tick
+    rig.kube.now_s = now
+    # a plan that wants a 4th server 10 s from now
+    st["memory"]["actions"] = [{"atEpoch": now + 10, "at": iso_of(now + 10), "replicas": 4,
+                                "source": "window", "reason": "3 -> 4: planned",
+                                "rateMiBps": None}]
+    slow = rig.kube.set_stream_throughput
+
+    def slow_set(*args: Any, **kwargs: Any) -> float:
+        rig.kube.now_s += 8.0  # each call takes 8 s
+        return slow(*args, **kwargs)
+
+    rig.kube.set_stream_throughput = slow_set  # type: ignore[method-assign]
+    rig.new_runner().tick()  # a restarted operator: the throttle goes to all three pods
+    calls = [(t, c) for t, c in rig.kube.calls if t >= now]
+    assert [c for _, c in calls if c.startswith("setstreamthroughput")] == [
+        f"setstreamthroughput {st['migrationMiBps']:.3f} db-{k}" for k in range(3)]
+    assert calls[-1] == (now + 24.0, "scale 4"), calls
+
+
+def iso_of(epoch: float) -> str:
+    from elastore.operator.status import iso
+
+    return iso(epoch)
+
+
+def test_the_stream_throttle_goes_to_every_pod_at_once(ms: ModelSet) -> None:
+    """One exec per pod, in flight together (a tick is as long as the slowest, not the sum);
+    a pod whose call fails is said and retried, the others keep theirs."""
+    import threading
+    import time
+
+    rig = Rig(ms, lambda _t: 2.0 * per_server(ms))
+    rig.run(300)
+    lock, flight, peak = threading.Lock(), [0], [0]
+    real = rig.kube.set_stream_throughput
+
+    def counted(*args: Any, **kwargs: Any) -> float:
+        with lock:
+            flight[0] += 1
+            peak[0] = max(peak[0], flight[0])
+        time.sleep(0.3)
+        with lock:
+            flight[0] -= 1
+        return real(*args, **kwargs)
+
+    rig.kube.set_stream_throughput = counted  # type: ignore[method-assign]
+    rig.kube.throttle_fails = {"db-1"}
+    runner = rig.new_runner()
+    runner.tick()
+    assert peak[0] == 3
+    done = [c.split()[-1] for _, c in rig.kube.calls[-2:]]
+    assert done == ["db-0", "db-2"], rig.kube.calls[-3:]
+    failed = [m for r, m, _ in rig.policies.events if r == "ThrottleFailed"]
+    assert len(failed) == 1 and "db-1" in failed[0], rig.policies.events
+    assert rig.cond("Throttling")["reason"] == "ThrottleFailed"

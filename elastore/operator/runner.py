@@ -68,6 +68,7 @@ POLL_S = 5.0  # while an operation runs
 #: an annotation on a policy: stop the operation in progress safely and start no other
 ABORT_ANNOTATION = "elastore.io/abort"
 RETRY_S = 30.0  # after a failed observation, at most this long until the next try
+MAX_PARALLEL_EXECS = 8  # stream-throttle calls in flight at once (one per pod)
 
 Conditions = list[dict[str, Any]]
 
@@ -704,6 +705,7 @@ class Runner:
         done: list[str] = []
         failed: list[str] = []
         waiting: list[str] = []
+        todo: list[tuple[str, str]] = []  # (pod, its identity)
         for pod in pods:
             if not t.period:  # between periods only the pods without this rate are read
                 if self._throttled.get(pod, ("", -1.0))[1] == applied:
@@ -719,15 +721,14 @@ class Runner:
             if ident is None:  # absent, not running or not ready: set once it is
                 waiting.append(pod)
                 continue
-            if self._throttled.get(pod) == (ident, applied):
-                continue
-            try:
-                self.kube.set_stream_throughput(self.namespace, [pod], spec.target.container,
-                                                spec.target.nodetool, rate)
-            except ElastoreError as exc:
+            if self._throttled.get(pod) != (ident, applied):
+                todo.append((pod, ident))
+        for (pod, ident), err in zip(todo, self._set_throttles(spec, [p for p, _ in todo], rate),
+                                     strict=True):
+            if err is not None:
                 self._throttle_failed[pod] = (ident, applied)
                 failed.append(pod)
-                self.policies.event(t.body, "ThrottleFailed", str(exc), warning=True)
+                self.policies.event(t.body, "ThrottleFailed", err, warning=True)
                 continue
             self._throttle_failed.pop(pod, None)
             self._throttled[pod] = (ident, applied)
@@ -746,12 +747,37 @@ class Runner:
             msg += f"; {', '.join(waiting)} not ready: set once ready"
         t.cond("Throttling", applied < spec.max_migration_mibps, "Throttle", msg)
 
+    def _set_throttles(self, spec: PolicySpec, pods: list[str], rate: float
+                       ) -> list[str | None]:
+        """One ``setstreamthroughput`` per pod, all at once: each is an exec that starts a
+        JVM (seconds each on a busy node), and one after another they held a tick for 20 s
+        and a planned scale-out waited behind them. Per pod: None, or why it failed."""
+        def one(pod: str) -> str | None:
+            try:
+                self.kube.set_stream_throughput(self.namespace, [pod], spec.target.container,
+                                                spec.target.nodetool, rate)
+            except ElastoreError as exc:
+                return str(exc)
+            return None
+
+        if len(pods) <= 1:
+            return [one(p) for p in pods]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_EXECS, len(pods)),
+                                thread_name_prefix="throttle") as pool:
+            return list(pool.map(one, pods))
+
     # -- 4. the next node step -----------------------------------------------------------------
     def _start_step(self, t: _Tick) -> bool:
         """Start the node step the plan wants now, if it may; True if one started."""
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
-        target = control.target_at(t.memory.actions, t.now, sts.spec_replicas)
+        # the clock now, not at the tick's start: an action that fell due while this tick
+        # waited on the cluster (a throttle call, a slow API server) starts in this tick,
+        # not one control period late
+        target = control.target_at(t.memory.actions, max(t.now, self.clock()),
+                                   sts.spec_replicas)
         step_to: int | None = None
         if t.dc is not None and target != sts.spec_replicas:
             # rack-balanced steps: up to the next multiple of the racks as soon as the plan
