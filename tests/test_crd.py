@@ -81,7 +81,7 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.capacityModel.confidenceThreshold": lambda p: p.confidence_threshold,
     "spec.capacityModel.explorationStep": lambda p: p.exploration_step,
     "spec.metrics.prometheus.staleAfter": lambda p: p.prometheus and p.prometheus.stale_after_s,
-    "spec.metrics.prometheus.warmup": lambda p: p.prometheus and p.prometheus.warmup_s,
+    "spec.metrics.prometheus.rateWindow": lambda p: p.prometheus and p.prometheus.rate_window_s,
     "spec.metrics.prometheus.namespaceLabel":
         lambda p: p.prometheus and p.prometheus.namespace_label,
     "spec.metrics.prometheus.podLabel": lambda p: p.prometheus and p.prometheus.pod_label,
@@ -115,7 +115,7 @@ def test_every_schema_default_is_the_parsers() -> None:
             spec["capacityModel"] = {"configMapRef": {"name": "models"}}
         got = DEFAULTS[path](parse(spec))
         want = parse_duration(default, path) if isinstance(default, str) and \
-            path.endswith(("controlPeriod", "horizon", "step", "staleAfter", "warmup",
+            path.endswith(("controlPeriod", "horizon", "step", "staleAfter", "rateWindow",
                            "lookahead")) \
             else default
         assert got == pytest.approx(want) if isinstance(want, float) else got == want, path

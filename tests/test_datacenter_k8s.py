@@ -381,7 +381,8 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
                 planner={"mode": "Window"}, migration={"nodeOverheadSeconds": 5,
                                                        "maxMiBps": 16},
                 scaleDown={"stabilizationSeconds": 20}, capacityModel={"learn": False},
-                metrics={"prometheus": {"url": prom.url}}))  # preset: management-api
+                # preset: management-api; 1-s scrapes: a 10-s rate window suffices
+                metrics={"prometheus": {"url": prom.url, "rateWindow": "10s"}}))
             doc["spec"]["target"]["kind"] = "CassandraDatacenter"
             cp.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
         for ns in (REC, ENF):

@@ -71,14 +71,20 @@ def prom(tmp_path_factory: pytest.TempPathFactory, metrics: CassandraMetrics
     p.close()
 
 
+#: Prometheus scrapes the exporter every second here: a 10-s rate window holds ten samples,
+#: and a new namespace's series are a measurement after 10 s, not the default minute
+PROM = {"rateWindow": "10s"}
+
+
 def fast_policy(ns: str, url: str, **spec: Any) -> str:
-    """Policy "orders" on StatefulSet "cass": a 10 s period and horizon, 2 s steps; the
-    built-in lab model as it is (these tests were written for it) unless ``capacityModel``
-    is given: learning, the default since issue 18, plans with half its capacity."""
+    """Policy "orders" on StatefulSet "cass": a 10 s period and horizon, 2 s steps, rates
+    over 10 s; the built-in lab model as it is (these tests were written for it) unless
+    ``capacityModel`` is given: learning, the default since issue 18, plans with half its
+    capacity."""
     spec.setdefault("capacityModel", {"learn": False})
     return policy("orders", ns, "cass", controlPeriod="10s",
                   prediction={"horizon": "10s", "step": "2s"},
-                  metrics={"prometheus": {"url": url}}, **spec)
+                  metrics={"prometheus": {"url": url, **PROM}}, **spec)
 
 
 def namespace(cp: ControlPlane, name: str, replicas: int = 3, **sts: Any) -> str:
@@ -307,7 +313,7 @@ def test_interference_auto_uses_the_agents_index_and_says_when_it_is_blind(
             cp.kubectl("apply", "-f", "-", stdin=policy(
                 "orders", ns, "cass", controlPeriod="10s", replicas={"min": 3, "max": 8},
                 prediction={"horizon": "10s", "step": "2s", "headroom": 0.2},
-                planner={"mode": "Window"}, metrics={"prometheus": {"url": prom.url}},
+                planner={"mode": "Window"}, metrics={"prometheus": {"url": prom.url, **PROM}},
                 # the factor is read against the built-in model as it is (a learning
                 # policy's own border would absorb part of the slowdown)
                 capacityModel={"learn": False}, **extra))
@@ -552,7 +558,7 @@ def enforce_policy(ns: str, url: str, name: str = "orders", **spec: Any) -> str:
         "mode": "Enforce", "controlPeriod": "10s", "replicas": {"min": 3, "max": 8},
         "prediction": {"method": "persistence", "horizon": "10s", "step": "2s"},
         "migration": {"nodeOverheadSeconds": 5}, "scaleDown": {"stabilizationSeconds": 0},
-        "metrics": {"prometheus": {"url": url}}, "capacityModel": {"learn": False}}
+        "metrics": {"prometheus": {"url": url, **PROM}}, "capacityModel": {"learn": False}}
     return policy(name, ns, "cass", nodetool=[sys.executable, str(NODETOOL_STANDIN)],
                   **{**fields, **spec})
 

@@ -4,6 +4,7 @@ one control period's decision. No cluster: plain data in, plain data out."""
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from elastore.errors import ElastoreError
 from elastore.models import ModelSet
 from elastore.operator import control, operation
 from elastore.operator.metrics import MetricsError, Snapshot
+from elastore.operator.presets import PRESETS, QUERY_NAMES
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import SpecError, parse, parse_duration
 from elastore.operator.status import set_condition
@@ -95,6 +97,37 @@ def test_missing_target_name_and_non_object_spec() -> None:
                                            ("2.5s", 2.5)])
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text, "x") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_rate_window_reaches_every_rate_of_every_preset(preset: str) -> None:
+    """``rateWindow`` sets the range of every rate() (and the warmup, unless it is given):
+    a 30 s scrape needs 2m; the suites' 1 s scrapes need only seconds."""
+    def prom(**extra: Any) -> Any:
+        p = parse(spec_with(metrics={"prometheus": {"url": "http://p/", "preset": preset,
+                                                    **extra}})).prometheus
+        assert p is not None
+        return p
+
+    def rates(p: Any) -> set[str]:
+        out: set[str] = set()
+        for name in QUERY_NAMES:
+            try:
+                q = p.query(name, "shop", "cass")
+            except MetricsError:  # a quantity the exporter does not have
+                continue
+            out |= set(re.findall(r"\[([^\]]+)\]\)", q))
+        return out
+
+    assert rates(prom()) == {"1m"} and prom().warmup_s == 60
+    p = prom(rateWindow="90s")
+    assert rates(p) == {"90s"} and p.warmup_s == 90 and p.rate_window_s == 90
+    assert rates(prom(rateWindow="2m")) == {"2m"}
+    p = prom(rateWindow="10s", warmup="30s")
+    assert rates(p) == {"10s"} and p.warmup_s == 30
+    for bad in ("1s", "2h", "2.5s", "500ms", "soon"):
+        with pytest.raises(SpecError, match="rateWindow"):
+            prom(rateWindow=bad)
 
 
 def test_default_queries_take_the_selector() -> None:

@@ -19,7 +19,8 @@ target's namespace and pods and ``spec.metrics.prometheus.selector``) or ``""``;
 ``{scope}`` the matchers alone; ``{pod}`` the pod label (``""``: no per-node split);
 ``{podle}`` ``<pod>, le`` or ``le`` (a histogram's per-node buckets); ``{by}``
 ``max by (<pod>) `` or ``""``; ``{pct}`` 95 or 99; ``{q}`` 0.95 or 0.99; ``{rf}`` the
-target's replication factor. Literal braces are doubled.
+target's replication factor; ``{window}`` the range of every ``rate()``
+(``spec.metrics.prometheus.rateWindow``, ``1m`` by default). Literal braces are doubled.
 """
 
 from __future__ import annotations
@@ -44,11 +45,12 @@ INTERFERENCE = "avg(elastore_interference_index{{{scope}}})"
 class Exporter:
     """One exporter's series, as PromQL templates (see the module's docstring).
 
-    ``read`` / ``write``: an instant vector of client requests/s (a ``rate(...[1m])`` of
-    its counters), any number of series per node (they are summed). ``node_latency``: the
-    latency at ``{pct}`` per node, ms, one series per node ``by ({pod})``. ``data``: bytes
-    stored, per node. ``streaming``: bytes/s streamed out, per series (None: not exported).
-    ``fresh``: a series per node whose sample time is the node's newest."""
+    ``read`` / ``write``: an instant vector of client requests/s (a ``rate()`` of its
+    counters over ``{window}``), any number of series per node (they are summed).
+    ``node_latency``: the latency at ``{pct}`` per node, ms, one series per node
+    ``by ({pod})``. ``data``: bytes stored, per node. ``streaming``: bytes/s streamed
+    out, per series (None: not exported). ``fresh``: a series per node whose sample time
+    is the node's newest."""
 
     read: str
     write: str
@@ -93,7 +95,7 @@ def _jmx_lab() -> Exporter:
     req = "org_apache_cassandra_metrics_clientrequest"
 
     def rate(scope: str) -> str:
-        return f'rate({req}_count{{{{name="Latency",scope={scope}{{selector}}}}}}[1m])'
+        return f'rate({req}_count{{{{name="Latency",scope={scope}{{selector}}}}}}[{{window}}])'
 
     both = rate('~"Read|Write"')
     return Exporter(
@@ -104,7 +106,7 @@ def _jmx_lab() -> Exporter:
         data='org_apache_cassandra_metrics_storage_count{{name="Load"{selector}}}',
         fresh=f'{req}_count{{{{name="Latency",scope="Read"{{selector}}}}}}',
         streaming=('rate(org_apache_cassandra_metrics_streaming_count'
-                   '{{name="TotalOutgoingBytes"{selector}}}[1m])'),
+                   '{{name="TotalOutgoingBytes"{selector}}}[{window}])'),
         source="the JMX exporter's default naming of Cassandra's MBeans (the lab's config)")
 
 
@@ -132,7 +134,7 @@ def _jmx_example() -> Exporter:
     ``cassandra_storage_load_count`` (line 71). No streaming metric."""
     def rate(op: str) -> str:
         return (f'rate(cassandra_keyspace_{op}latency_seconds_count{{{{keyspace!~"system.*"'
-                f'{{selector}}}}}}[1m])')
+                f'{{selector}}}}}}[{{window}}])')
 
     def gauge(op: str) -> str:
         return (f'cassandra_keyspace_{op}latency_seconds{{{{keyspace!~"system.*",'
@@ -161,7 +163,7 @@ def _instaclustr() -> Exporter:
     name = "cassandra_client_request_latency_seconds"
 
     def rate(op: str) -> str:
-        return f'rate({name}_count{{{{operation=~"{op}"{{selector}}}}}}[1m])'
+        return f'rate({name}_count{{{{operation=~"{op}"{{selector}}}}}}[{{window}}])'
 
     gauge = f'{name}{{{{operation=~"read|write",quantile="{{q}}"{{selector}}}}}}'
     return Exporter(
@@ -180,7 +182,7 @@ def _histogram(bucket: str, read: str, write: str, data: str, fresh: str,
     writes together."""
     return Exporter(
         read=read, write=write,
-        node_latency=(f"histogram_quantile({{q}}, sum by ({{podle}}) (rate({bucket}[1m]))) "
+        node_latency=(f"histogram_quantile({{q}}, sum by ({{podle}}) (rate({bucket}[{{window}}]))) "
                       "/ 1000"),
         data=data, fresh=fresh, streaming=streaming, source=source)
 
@@ -200,11 +202,11 @@ def _mcac() -> Exporter:
     lat = "mcac_client_request_latency"
     return _histogram(
         f'{lat}_bucket{{{{request_type=~"read|write"{{selector}}}}}}',
-        f'rate({lat}_total{{{{request_type="read"{{selector}}}}}}[1m])',
-        f'rate({lat}_total{{{{request_type="write"{{selector}}}}}}[1m])',
+        f'rate({lat}_total{{{{request_type="read"{{selector}}}}}}[{{window}}])',
+        f'rate({lat}_total{{{{request_type="write"{{selector}}}}}}[{{window}}])',
         "mcac_table_live_disk_space_used_total{{{selector_}}}",
         f'{lat}_total{{{{request_type="read"{{selector}}}}}}',
-        "rate(mcac_streaming_total_outgoing_bytes_total{{{selector_}}}[1m])",
+        "rate(mcac_streaming_total_outgoing_bytes_total{{{selector_}}}[{window}])",
         "datastax/metric-collector-for-apache-cassandra@7b7bbf2")
 
 
@@ -225,11 +227,11 @@ def _management_api() -> Exporter:
     lat = "org_apache_cassandra_metrics_client_request_latency"
     return _histogram(
         f'{lat}_bucket{{{{request_type=~"(?i)read|write"{{selector}}}}}}',
-        f'rate({lat}_count{{{{request_type=~"(?i)read"{{selector}}}}}}[1m])',
-        f'rate({lat}_count{{{{request_type=~"(?i)write"{{selector}}}}}}[1m])',
+        f'rate({lat}_count{{{{request_type=~"(?i)read"{{selector}}}}}}[{{window}}])',
+        f'rate({lat}_count{{{{request_type=~"(?i)write"{{selector}}}}}}[{{window}}])',
         "org_apache_cassandra_metrics_storage_load{{{selector_}}}",
         f'{lat}_count{{{{request_type=~"(?i)read"{{selector}}}}}}',
-        "rate(org_apache_cassandra_metrics_streaming_total_outgoing_bytes{{{selector_}}}[1m])",
+        "rate(org_apache_cassandra_metrics_streaming_total_outgoing_bytes{{{selector_}}}[{window}])",
         "k8ssandra/management-api-for-apache-cassandra@dbc7629")
 
 

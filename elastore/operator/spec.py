@@ -57,6 +57,12 @@ class SpecError(ElastoreError):
     """An ElasticPolicy spec that cannot be acted on; ``where`` is the field path."""
 
 
+def promql_duration(seconds: float) -> str:
+    """Whole seconds as a PromQL range: ``60`` -> ``1m``, ``90`` -> ``90s``."""
+    s = int(seconds)
+    return f"{s // 60}m" if s % 60 == 0 else f"{s}s"
+
+
 def parse_duration(text: str, where: str) -> float:
     """``"10m"``, ``"1h30m"``, ``"500ms"`` -> seconds (Kubernetes/Go duration subset)."""
     if not isinstance(text, str) or not _DURATION.match(text.strip()):
@@ -121,8 +127,11 @@ class Prometheus:
     stale_after_s: float = 120.0
     #: how old the load series must be before its rate is a measurement: a rate over a
     #: window that reaches back before the series began is underestimated by Prometheus
-    #: (the default queries use rate(...[1m]))
+    #: (by default the rate window)
     warmup_s: float = 60.0
+    #: the range of every rate() in the preset's queries (Prometheus's advice: at least
+    #: four scrape intervals)
+    rate_window_s: float = 60.0
     selector: str = ""
     queries: dict[str, str] = field(default_factory=dict)
     #: the labels Prometheus's Kubernetes discovery gives every series (kube-prometheus:
@@ -178,7 +187,8 @@ class Prometheus:
                                       by=by, scope=sel, pod=self.pod_label,
                                       podle=f"{self.pod_label}, le" if self.pod_label else "le",
                                       pct=self.percentile, q=f"0.{self.percentile}",
-                                      rf=self.replication_factor)
+                                      rf=self.replication_factor,
+                                      window=promql_duration(self.rate_window_s))
 
 
 @dataclass(frozen=True)
@@ -495,11 +505,17 @@ def parse(spec: Any) -> PolicySpec:
         if unknown:
             raise SpecError(f"unknown quer(ies) {', '.join(unknown)} (known: "
                             f"{', '.join(known)})", "spec.metrics.prometheus.queries")
+        rate_window = p.get("rateWindow", "1m")
+        window_s = parse_duration(rate_window, "spec.metrics.prometheus.rateWindow")
+        if not 2 <= window_s <= 3600 or window_s != int(window_s):
+            raise SpecError(f"must be whole seconds between 2s and 1h, got {rate_window!r}",
+                            "spec.metrics.prometheus.rateWindow")
         prom = Prometheus(url=url.rstrip("/"),
                           stale_after_s=parse_duration(p.get("staleAfter", "2m"),
                                                        "spec.metrics.prometheus.staleAfter"),
-                          warmup_s=parse_duration(p.get("warmup", "1m"),
+                          warmup_s=parse_duration(p.get("warmup", rate_window),
                                                   "spec.metrics.prometheus.warmup"),
+                          rate_window_s=window_s,
                           selector=str(p.get("selector", "")),
                           queries={str(k): str(v) for k, v in queries.items()},
                           namespace_label=_label(p, "namespaceLabel", "namespace"),
