@@ -6,8 +6,9 @@ more SLO violations than the prior alone would have let through (issue 18).
 * The lab: 3 Cassandra nodes, each at the IP of a kwok pod of StatefulSet ``store/cass``
   (the end-to-end test's topology: ``test_operator_e2e.py``).
 * The reference border: ``elastore lab profile`` sweeps the load at the trace's read ratio
-  (0.95), no migration and no neighbour, on this lab (until two loads are well past the
-  SLO), and ``elastore models fit`` finds the capacity per server at the SLO from it. Only
+  (0.95) over the trace's keys (``--keys-from``: the same request mix), no migration and no
+  neighbour, on this lab (until two loads are well past the SLO), and ``elastore models
+  fit`` finds the capacity per server at the SLO from it. Only
   those conditions: the replay observes only them (the other axes stay the prior's shape),
   and a whole sweep takes 40 min.
 * The workload: a day of the English Wikipedia whose peak is set by the fitted border (3
@@ -17,6 +18,13 @@ more SLO violations than the prior alone would have let through (issue 18).
   (experiments/hubbub/README.md), and with a CPU limit per node the lab's latency is its
   own throttling, flat in load (experiments/profiles/README.md), so a scale-out could not
   show what the added server would have served.
+* Both policies plan with the paper's window planner (``spec.planner.mode: Window``): its
+  recommendation is the servers the forecast needs at the model's capacity, so the two
+  differ only by their models. The default horizon planner weighs a server's VM-hours
+  against the violation-hours it saves over a 24-h lookahead; at 10 s per trace hour the
+  day's peak lasts a few of its steps, less than a node's boot (60 s), and in two CI runs
+  with it both policies mostly held 3 servers: the comparison counted noise (19 vs 16,
+  25 vs 22 windows let through).
 * The learning policy: ``capacityModel`` unset (learn, prior = the shipped lab profile
   x0.5); the latency per node is the client's p95 of the requests each node coordinated
   (the load generator's ``elastore_load_node_p95_ms``: the measurement the sweep fits).
@@ -144,13 +152,15 @@ def _run_cli(args: list[str], lab_dir: Path, log: Path, timeout_s: float) -> Non
                                 f"{log.read_text()[-3000:]}"
 
 
-def _sweep_and_fit(root: Path, lab_dir: Path) -> tuple[float, float]:
-    """The reference border: a sweep of this lab at the trace's read ratio, fitted. The
-    store warms up for minutes (JIT, caches): after 45 s of warm-up and 4-s windows a
-    CI sweep read 48 req/s per server where the day's own windows fitted 61; 90 s and 5-s
-    windows (7 per load, models fit needs 30) measure the store the day meets."""
+def _sweep_and_fit(root: Path, lab_dir: Path, keys: Path) -> tuple[float, float]:
+    """The reference border: a sweep of this lab at the trace's read ratio, over the
+    trace's own keys and their popularity (``--keys-from``), fitted. The border is a
+    request mix's: with the sweep's default 4000 Zipf keys one run fitted 33.9 req/s per
+    server while the day's 631 pages (top 100: 45 % of requests) stayed within the SLO at
+    37. The store warms up for minutes (JIT, caches): 90 s of warm-up first, and 5-s
+    windows (7 per load, models fit needs 30)."""
     samples = root / "sweep.csv"
-    _run_cli(["lab", "profile", "--out", str(samples),
+    _run_cli(["lab", "profile", "--out", str(samples), "--keys-from", str(keys),
               "--loads", ",".join(str(x) for x in SWEEP_LOADS), "--read-ratios", "0.95",
               "--migrations", "0", "--interference", "0", "--point-seconds", "35",
               "--window-seconds", "5", "--bulk-rows", "0", "--warmup-seconds", "90",
@@ -207,7 +217,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             pytest.fail(f"the Cassandra lab did not come up: {exc}")
         state = lab.LabState.load(lab_dir)
         assert state is not None
-        fitted, ratio = _sweep_and_fit(root, lab_dir)
+        keys, _ = trace_workload(shared_dir, root / "keys.json", hour_s=HOUR_S)
+        fitted, ratio = _sweep_and_fit(root, lab_dir, keys)
         peak = round(3 * PEAK_SHARE * fitted, 1)
         wl, _ = trace_workload(shared_dir, root / "wl.json", peak=peak, hour_s=HOUR_S)
         fwd = Forwarder(state.netns, lab.PROMETHEUS_ADDR)
@@ -224,6 +235,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
                                            args=namespaced_args(RELEASE, (NS,))))
         common: dict[str, Any] = dict(
             mode="Recommend", controlPeriod="10s", replicas={"min": 3, "max": 4},
+            # the paper's window planner: its recommendation follows the capacity model
+            # alone (see the module's docstring)
+            planner={"mode": "Window"},
             slo={"latencyMs": SLO_MS},
             prediction={"horizon": "60s", "step": f"{HOUR_S:g}s", "headroom": HEADROOM},
             migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 60},
@@ -252,12 +266,13 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
         assert not netns.exists(LAB_NS)
 
 
-def _windows(run: Run) -> list[tuple[float, float, float]]:
-    """(epoch start, seconds, p95 ms) of every replay window with answers."""
+def _windows(run: Run) -> list[tuple[float, float, float, float]]:
+    """(epoch start, seconds, p95 ms, achieved req/s) of every replay window with answers."""
     log = (run.root / "load.log").read_text()
     began = float(log.split("replay starts at epoch ", 1)[1].split()[0])
     rows = list(csv.DictReader((run.root / "load.csv").open()))
-    return [(began + float(x["start_s"]), HOUR_S / 4, float(x["p95_ms"])) for x in rows
+    return [(began + float(x["start_s"]), HOUR_S / 4, float(x["p95_ms"]),
+             float(x["achieved_rps"])) for x in rows
             if x.get("p95_ms") not in ("", "nan", None)]
 
 
@@ -318,20 +333,33 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     samples = run.samples
     assert samples, "no status was sampled"
     windows = _windows(run)
-    over = [(t0 + secs / 2, p95) for t0, secs, p95 in windows if p95 > SLO_MS]
-
-    def let_through(k: int) -> int:
-        """Windows over the SLO during which policy k (1 learning, 2 prior) recommended no
-        more servers than ran (the sample nearest the window's middle)."""
-        n = 0
-        for mid, _ in over:
-            t, learn, prior, ready = min(samples, key=lambda s: abs(s[0] - mid))
-            st = (learn, prior)[k - 1]
-            if abs(t - mid) <= 5 and int(st.get("desiredReplicas") or 0) <= max(ready, 3):
-                n += 1
-        return n
-
-    learned, prior = let_through(1), let_through(2)
+    over = [(t0 + secs / 2, p95, rps) for t0, secs, p95, rps in windows if p95 > SLO_MS]
+    rows = []
+    for mid, p95, rps in over:
+        t, learn, prior, ready = min(samples, key=lambda s: abs(s[0] - mid))
+        if abs(t - mid) > 5:
+            continue  # no sample near it: counted for neither
+        rows.append((mid, p95, rps, ready, int(learn.get("desiredReplicas") or 0),
+                     _planning_rps(learn), int(prior.get("desiredReplicas") or 0)))
+    with (run.root / "over-slo.csv").open("w", newline="") as fh:
+        wr = csv.writer(fh)
+        wr.writerow(["epoch", "p95_ms", "achieved_rps", "ready", "learn_desired",
+                     "learn_planning_rps", "prior_desired"])
+        wr.writerows(rows)
+    for r in rows[:40]:
+        print(f"  over the SLO at {r[0]:.0f}: p95 {r[1]:.0f} ms at {r[2]:.0f} req/s; ready "
+              f"{r[3]}, learning policy wants {r[4]} (plans {r[5]} req/s per server), "
+              f"the prior {r[6]}")
+    # let through: the policy recommended no more servers than ran (the sample nearest the
+    # window's middle); both policies are read from the same sample
+    learned = sum(1 for r in rows if r[4] <= max(r[3], 3))
+    prior = sum(1 for r in rows if r[6] <= max(r[3], 3))
     print(f"windows over the SLO: {len(over)} of {len(windows)}; let through by the "
           f"learning policy {learned}, by the prior alone {prior}")
     assert learned <= prior, run.diagnostics()
+
+
+def _planning_rps(status: dict[str, Any]) -> float | None:
+    m = status.get("model") or {}
+    v = m.get("planningCapacityRps")
+    return round(float(v), 1) if isinstance(v, int | float) else None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,7 @@ from elastore.lab.profile import (
     bandwidth_path,
     constant_workload,
     done_points,
+    key_table,
     pending_compactions,
     plan,
     point_rows,
@@ -91,3 +96,37 @@ def test_hogs_are_started_and_stopped_by_pid() -> None:
         proc = h.procs[0]
     assert proc.poll() is not None
     assert Hogs(0.0, cores=2).count == 0
+
+
+def test_a_workloads_key_table_is_the_sweeps_request_mix(tmp_path: Path) -> None:
+    """``--keys-from``: the sweep requests the workload's keys with its popularity (the
+    border of the request mix a replay of it meets), and a file that has no usable table is
+    a clear error, before any lab is touched."""
+    hot = constant_workload(10, 1.0, 10, 5, (["a", "b", "c"], np.array([6.0, 3.0, 1.0])))
+    path = tmp_path / "wl.json"
+    hot.save(path)
+    names, weight = key_table(path)
+    assert names == ["a", "b", "c"]
+    np.testing.assert_allclose(weight, [0.6, 0.3, 0.1])
+    wl = constant_workload(100, 0.95, 20, 5, (names, weight))
+    assert wl.keys == names and wl.key_weight.tolist() == weight.tolist()
+    np.testing.assert_allclose(wl.read_rps + wl.write_rps, 100)
+    # the default: 4000 Zipf keys
+    assert len(constant_workload(100, 0.95, 20, 5).keys) == 4000
+
+    with pytest.raises(ElastoreError, match="no such workload file"):
+        key_table(tmp_path / "missing.json")
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(ElastoreError, match="not a readable workload"):
+        key_table(tmp_path / "junk.json")
+    doc = json.loads(path.read_text())
+    doc["keys"]["weight"] = [0, 0, 0]
+    (tmp_path / "zero.json").write_text(json.dumps(doc))
+    with pytest.raises(ElastoreError, match="key table is empty or its weights"):
+        key_table(tmp_path / "zero.json")
+    res = subprocess.run([sys.executable, "-m", "elastore", "lab", "profile", "--keys-from",
+                          str(tmp_path / "missing.json"), "--out", str(tmp_path / "s.csv")],
+                         capture_output=True, text=True, check=False,
+                         env=dict(os.environ, ELASTORE_LAB_DIR=str(tmp_path / "nolab")))
+    assert res.returncode != 0 and "no such workload file" in res.stderr, res.stderr
+    assert not (tmp_path / "s.csv").exists()

@@ -253,10 +253,15 @@ def _floats(name: str, spec: str) -> list[float]:
               help="Skip a setting's higher loads once two loads in a row had a median "
                    "window p95 above this (the border is behind them; a real store is not "
                    "pushed deeper into overload). Default: every load.")
+@click.option("--keys-from", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A workload file (`elastore trace build`): request its keys with their "
+                   "popularity, so the sweep measures the border of the request mix a "
+                   "replay of it meets. Default: 4000 keys, Zipf-like with the traces' "
+                   "slope.")
 def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interference: str,
                 point_seconds: float, window_seconds: float, bulk_rows: int,
                 resume: bool, routing: str, warmup_seconds: float,
-                stop_above_ms: float | None) -> None:
+                stop_above_ms: float | None, keys_from: Path | None) -> None:
     """Sweep load x read ratio x migration rate x interference on the running lab and
     record per-window p95/p99 latency and throughput per server: the samples CSV that
     `elastore models fit` consumes. Migration is real streaming (nodetool rebuild under
@@ -270,8 +275,9 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
           -o experiments/profiles/lab-model.json
     """
 
-    from elastore.lab.profile import plan, run_profile
+    from elastore.lab.profile import key_table, plan, run_profile
 
+    keys = key_table(keys_from) if keys_from is not None else None
     state = lab.LabState.load(lab.lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
@@ -280,7 +286,8 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
     netns.run_inside(state.netns)  # the driver reaches the nodes from inside
     path = run_profile(points, out, point_s=point_seconds, window_s=window_seconds,
                        bulk_rows=bulk_rows, resume=resume, echo=lambda m: click.echo(m, err=True),
-                       routing=routing, warmup_s=warmup_seconds, stop_above_ms=stop_above_ms)
+                       routing=routing, warmup_s=warmup_seconds, stop_above_ms=stop_above_ms,
+                       keys=keys)
     click.echo(f"samples: {path}")
 
 

@@ -15,6 +15,11 @@ become the samples. The first window of a point is a warm-up and is dropped.
   cores the neighbour keeps busy (the machine-level view of Hubbub-scale's index).
 * **Loads** are cluster requests/s; the samples are per server (divided by the nodes), as
   ``elastore models fit`` expects.
+* **Keys**: 4000, their popularity Zipf-like with the traces' slope; or a workload's own
+  key table (``keys``, from ``--keys-from``): the border is the border of a request mix,
+  and a store serves a few hot keys from its caches far faster than many lukewarm ones
+  (on the lab, a day of the trace's 631 pages stayed within 60 ms at 37 req/s per server
+  where the default keys crossed it at 34; docs/lab.md).
 
 Rows are appended and flushed as each point ends, so an interrupted sweep keeps every
 finished point; ``resume`` skips the points already in the file.
@@ -38,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from elastore.errors import ElastoreError
+from elastore.errors import ElastoreError, TraceError
 from elastore.traces.workload import Workload
 from elastore.units import bytes_to_mib, mibps_to_mbit
 
@@ -80,16 +85,42 @@ def plan(loads: Sequence[float], read_ratios: Sequence[float], migrations: Seque
             for k, (m, i, r, load) in enumerate(combos)]
 
 
-def constant_workload(rate: float, read_ratio: float, seconds: float, window_s: float = 5.0,
-                      keys: int = KEY_COUNT) -> Workload:
-    """A workload at a constant rate; key popularity Zipf-like with the traces' slope."""
-    n = max(1, round(seconds / window_s))
+#: a request mix's keys and their popularity (weights summing to 1)
+KeyTable = tuple[list[str], np.ndarray]
+
+
+def zipf_keys(keys: int = KEY_COUNT) -> KeyTable:
+    """``keys`` keys, popularity Zipf-like with the traces' slope."""
     weight = 1.0 / np.arange(1, keys + 1) ** ZIPF_SLOPE
+    return [f"k{i}" for i in range(keys)], weight / weight.sum()
+
+
+def key_table(path: Path) -> KeyTable:
+    """The key table of a workload file (``elastore trace build``'s output): the keys a
+    replay of it requests, with their popularity. An unreadable file or an empty or
+    weightless table is an error."""
+    try:
+        wl = Workload.load(path)
+    except TraceError as exc:
+        raise ElastoreError(f"--keys-from {path}: {exc}") from exc
+    w = np.asarray(wl.key_weight, dtype=np.float64)
+    if not wl.keys or len(wl.keys) != len(w) or not np.all(np.isfinite(w)) or \
+            np.any(w < 0) or not w.sum() > 0:
+        raise ElastoreError(f"--keys-from {path}: its key table is empty or its weights are "
+                            "not finite, non-negative and positive in sum")
+    return list(wl.keys), w / w.sum()
+
+
+def constant_workload(rate: float, read_ratio: float, seconds: float, window_s: float = 5.0,
+                      keys: KeyTable | None = None) -> Workload:
+    """A workload at a constant rate over ``keys`` (default :func:`zipf_keys`)."""
+    n = max(1, round(seconds / window_s))
+    names, weight = keys if keys is not None else zipf_keys()
     return Workload(
         first_hour="1970-01-01T00:00:00", window_seconds=window_s, hour_seconds=600.0,
         start_s=np.arange(n, dtype=np.float64) * window_s, hour_index=np.zeros(n, dtype=np.int64),
         read_rps=np.full(n, rate * read_ratio), write_rps=np.full(n, rate * (1 - read_ratio)),
-        keys=[f"k{i}" for i in range(keys)], key_weight=weight / weight.sum(),
+        keys=list(names), key_weight=np.asarray(weight, dtype=np.float64),
         meta={"generator": "elastore lab profile"})
 
 
@@ -179,13 +210,15 @@ def bandwidth_path(out: Path) -> Path:
 def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
                 window_s: float = 5.0, bulk_rows: int = 20000, resume: bool = False,
                 echo: Callable[[str], None] = print, routing: str = "token-aware",
-                warmup_s: float = 0.0, stop_above_ms: float | None = None) -> Path:
+                warmup_s: float = 0.0, stop_above_ms: float | None = None,
+                keys: KeyTable | None = None) -> Path:
     """Run the sweep on the lab that is up (call it inside the lab namespace); append sample
     rows to ``out`` and bandwidth rows to :func:`bandwidth_path` of it. ``warmup_s``: the
     first point's load served that long first, unrecorded. ``stop_above_ms``: once two
     loads in a row of one (read ratio, migration, interference) setting have a median
     window p95 above it, that setting's higher loads are skipped (the border is behind;
-    deeper overload only queues)."""
+    deeper overload only queues). ``keys``: the request mix's key table (default
+    :func:`zipf_keys`)."""
     from elastore.actuators.tc import HtbShaper
     from elastore.lab import lab
     from elastore.lab.cassandra import ensure_jars, nodetool
@@ -220,22 +253,23 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
         with tempfile.TemporaryDirectory(prefix="elastore-profile-") as tmp:
             t = Path(tmp)
             pre = t / "preload.json"
-            constant_workload(1.0, 1.0, window_s, window_s).save(pre)
-            echo(f"preloading {KEY_COUNT} keys ...")
+            keys = keys if keys is not None else zipf_keys()
+            constant_workload(1.0, 1.0, window_s, window_s, keys).save(pre)
+            echo(f"preloading {len(keys[0])} keys ...")
             _load(pre, t / "preload.csv", preload=True, hosts=ips, routing=routing)
             if todo and warmup_s > 0:
                 echo(f"warming up: {todo[0].cluster_rps:g} req/s for {warmup_s:g} s, "
                      "unrecorded ...")
                 warm = t / "warmup.json"
                 constant_workload(todo[0].cluster_rps, todo[0].read_ratio, warmup_s,
-                                  window_s).save(warm)
+                                  window_s, keys).save(warm)
                 _load(warm, t / "warmup.csv", preload=False, hosts=ips, routing=routing)
             out.parent.mkdir(parents=True, exist_ok=True)
             with _Appender(out, COLUMNS) as wr, _Appender(bw_out, BW_COLUMNS) as bw:
                 for level, group in itertools.groupby(todo, key=lambda p: p.stream_mibps):
                     _profile_level(state, lib, nodetool, level, list(group), wr, bw, t,
                                    point_s, window_s, len(points), echo, ips, shaper, routing,
-                                   stop_above_ms)
+                                   stop_above_ms, keys)
     finally:
         shaper.remove()
     return out
@@ -270,7 +304,8 @@ class _Appender:
 def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: list[Point],
                    wr: _Appender, bw: _Appender, t: Path, point_s: float, window_s: float,
                    total: int, echo: Callable[[str], None], ips: list[str],
-                   shaper: Any, routing: str, stop_above_ms: float | None = None) -> None:
+                   shaper: Any, routing: str, stop_above_ms: float | None = None,
+                   keys: KeyTable | None = None) -> None:
     from elastore.lab import lab
     from elastore.lab.cassandra import streaming_outgoing_bytes
 
@@ -310,7 +345,8 @@ def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: li
                     if driver is not None and driver.error is not None:
                         raise ElastoreError(f"the migration driver failed: {driver.error}")
                     wl = t / f"p{p.index}.json"
-                    constant_workload(p.cluster_rps, p.read_ratio, point_s, window_s).save(wl)
+                    constant_workload(p.cluster_rps, p.read_ratio, point_s, window_s,
+                                      keys).save(wl)
                     rows_csv = t / f"p{p.index}.csv"
                     before, tc0 = measure()
                     t0 = time.monotonic()
