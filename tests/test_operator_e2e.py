@@ -148,7 +148,8 @@ def slo_for(peak_rps: float, servers: int = 3, share: float = 0.8) -> float:
 
 def _read_ratio(state: lab.LabState) -> float | None:
     """The read ratio the operator's default queries give now (None: no load yet)."""
-    q = {k: DEFAULT_QUERIES[k].format(selector="") for k in ("readRps", "writeRps")}
+    q = {k: DEFAULT_QUERIES[k].format(selector="", window="1m")  # the policy's default
+         for k in ("readRps", "writeRps")}
     got = {}
     for k, expr in q.items():
         body = lab.prometheus_get(state, "/api/v1/query?query=" + urllib.parse.quote(expr))
