@@ -30,8 +30,10 @@ more SLO violations than the prior alone would have let through (issue 18).
   (the load generator's ``elastore_load_node_p95_ms``: the measurement the sweep fits).
 * The prior alone: a second Recommend policy with the prior as its model, learning off.
   A window over the SLO is let through by a policy when, at that moment, it recommended no
-  more servers than were running: it would not have added the server. The learning
-  policy must let through no more windows than the prior's.
+  more servers than were running: it would not have added the server. A violation is the
+  policy's when the window's load per server was above the reference border (a capacity
+  shortfall; below it, over-SLO windows are the lab's noise and are only printed). The
+  learning policy must let through no more shortfalls than the prior's.
 """
 
 from __future__ import annotations
@@ -84,20 +86,26 @@ HOUR_S = 10.0  # replay seconds per trace hour
 PEAK_SHARE = 1.1  # the trace's peak per server (3 servers), of the fitted border
 PRIOR_SCALE = 0.5  # the CRD's default for the built-in prior
 # cluster requests/s, geometric: the border lies anywhere in it on machines 4x apart
-SWEEP_LOADS = (20, 30, 45, 65, 95, 140, 200, 290, 420, 600)
+SWEEP_LOADS = (30, 45, 65, 95, 140, 200, 290, 420, 600)
+#: the latency the learner reads is the load generator's p95 over 10 s; the sweep's windows
+#: are 10 s too (a p95 over 10 s holds the worst moments of 5-s ones: on this lab the same
+#: day fitted 100 req/s per server on 2.5-s windows where the learner, on 10-s ones, found
+#: 77), and 5 kept per load (models fit needs 30)
+WINDOW_S, POINT_S = 10, 60
 NODE_QUERIES = {
-    # rates over 20 s, not the default 1 min: at 10 s per trace hour a minute is six hours
-    # of the trace, and the latency (over 10 s) would meet a load hours old
+    # rates over the latency's 10 s (2-s scrapes: 5 samples), not the default 1 min: at 10 s
+    # per trace hour a minute is six hours of the trace, and the latency would meet a load
+    # hours old
     "nodeReadRps": 'sum by (pod) (rate(org_apache_cassandra_metrics_clientrequest_count'
-                   '{name="Latency",scope="Read",namespace="store"}[20s]))',
+                   '{name="Latency",scope="Read",namespace="store"}[10s]))',
     "nodeWriteRps": 'sum by (pod) (rate(org_apache_cassandra_metrics_clientrequest_count'
-                    '{name="Latency",scope="Write",namespace="store"}[20s]))',
+                    '{name="Latency",scope="Write",namespace="store"}[10s]))',
     # the client's p95 over all requests (over 10 s), for every node: the sweep's
     # definition (`lab profile` rows are per server, with the cluster's p95). A node's own
     # coordinator p95 (elastore_load_node_p95_ms) is lower than the cluster's, whose tail
     # the slowest node sets, and would put the learned border above the fitted one.
     "nodeLatencyMs": 'sum by (pod) (0 * rate(org_apache_cassandra_metrics_clientrequest_count'
-                     '{name="Latency",scope="Read",namespace="store"}[20s])) + on() '
+                     '{name="Latency",scope="Read",namespace="store"}[10s])) + on() '
                      'group_left() elastore_load_p95_ms',
 }
 
@@ -157,13 +165,14 @@ def _sweep_and_fit(root: Path, lab_dir: Path, keys: Path) -> tuple[float, float]
     trace's own keys and their popularity (``--keys-from``), fitted. The border is a
     request mix's: with the sweep's default 4000 Zipf keys one run fitted 33.9 req/s per
     server while the day's 631 pages (top 100: 45 % of requests) stayed within the SLO at
-    37. The store warms up for minutes (JIT, caches): 90 s of warm-up first, and 5-s
-    windows (7 per load, models fit needs 30)."""
+    37. The store warms up for minutes (JIT, caches): 90 s of warm-up first. Windows of
+    the learner's 10 s (:data:`WINDOW_S`)."""
     samples = root / "sweep.csv"
     _run_cli(["lab", "profile", "--out", str(samples), "--keys-from", str(keys),
               "--loads", ",".join(str(x) for x in SWEEP_LOADS), "--read-ratios", "0.95",
-              "--migrations", "0", "--interference", "0", "--point-seconds", "35",
-              "--window-seconds", "5", "--bulk-rows", "0", "--warmup-seconds", "90",
+              "--migrations", "0", "--interference", "0", "--point-seconds",
+              str(POINT_S), "--window-seconds", str(WINDOW_S), "--bulk-rows", "0",
+              "--warmup-seconds", "90",
               "--stop-above-ms", str(2 * SLO_MS)],
              lab_dir, root / "sweep.log", 900)
     model = root / "fit.json"
@@ -351,11 +360,23 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
               f"{r[3]}, learning policy wants {r[4]} (plans {r[5]} req/s per server), "
               f"the prior {r[6]}")
     # let through: the policy recommended no more servers than ran (the sample nearest the
-    # window's middle); both policies are read from the same sample
-    learned = sum(1 for r in rows if r[4] <= max(r[3], 3))
-    prior = sum(1 for r in rows if r[6] <= max(r[3], 3))
-    print(f"windows over the SLO: {len(over)} of {len(windows)}; let through by the "
-          f"learning policy {learned}, by the prior alone {prior}")
+    # window's middle; both policies are read from the same sample). A violation a policy
+    # caused is one of a capacity shortfall: over the SLO at a load per server above the
+    # reference border, where a server more was needed. Below it the reference says the
+    # servers carry the load, and a window over the SLO there is this lab's noise (GC,
+    # compaction) that no capacity decision answers: counted, printed, not compared (a
+    # prior that is pessimistic wants more servers all day and would "answer" all of them
+    # at any cost, which is what learning exists to stop).
+    def let_through(k: int, among: list[tuple[Any, ...]]) -> int:
+        return sum(1 for r in among if r[k] <= max(r[3], 3))
+
+    short = [r for r in rows if r[2] / 3 > run.fitted_rps]
+    learned, prior = let_through(4, short), let_through(6, short)
+    print(f"windows over the SLO: {len(over)} of {len(windows)} (let through by the learning "
+          f"policy {let_through(4, rows)}, by the prior alone {let_through(6, rows)}); of "
+          f"them capacity shortfalls (over {run.fitted_rps:.1f} req/s per server): "
+          f"{len(short)}, let through by the learning policy {learned}, by the prior alone "
+          f"{prior}")
     assert learned <= prior, run.diagnostics()
 
 
