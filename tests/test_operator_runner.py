@@ -607,19 +607,22 @@ def test_hubbub_the_learned_effect_survives_an_operator_restart(ms: ModelSet) ->
     assert after["bins"][5][0] > before["bins"][5][0]  # the same bin, continued
 
 
-def test_an_action_that_falls_due_during_a_slow_tick_starts_in_that_tick(ms: ModelSet) -> None:
-    """The stream-throttle calls (an exec each, seconds on a busy node) held a tick for 20 s
-    in CI and the planned scale-out started a period late: the step checks the clock when it
-    runs, not when the tick began."""
+@pytest.mark.parametrize("due_in_s", [10.0, -1.0])
+def test_a_scale_out_that_falls_due_during_a_slow_tick_starts_in_that_tick(
+        ms: ModelSet, due_in_s: float) -> None:
+    """The stream-throttle calls (an exec each, seconds on a busy node) held ticks for 20 s
+    in CI and a planned scale-out started a period late. A step falling due during the
+    calls starts in that tick (it reads the clock when it runs, not when the tick began);
+    a scale-out already due when the tick begins starts before them (its new pod boots
+    before it streams)."""
     rig = Rig(ms, lambda _t: 2.0 * per_server(ms))
     rig.run(600)
     st = rig.policies.status
     assert rig.kube.spec_replicas == 3 and not st["memory"]["actions"]
     now = float(st["lastDecision"]["epoch"]) + 5  # no control period due in this tick
     rig.kube.now_s = now
-    # a plan that wants a 4th server 10 s from now
-    st["memory"]["actions"] = [{"atEpoch": now + 10, "at": iso_of(now + 10), "replicas": 4,
-                                "source": "window", "reason": "3 -> 4: planned",
+    st["memory"]["actions"] = [{"atEpoch": now + due_in_s, "at": iso_of(now + due_in_s),
+                                "replicas": 4, "source": "window", "reason": "3 -> 4: planned",
                                 "rateMiBps": None}]
     slow = rig.kube.set_stream_throughput
 
@@ -630,9 +633,15 @@ def test_an_action_that_falls_due_during_a_slow_tick_starts_in_that_tick(ms: Mod
     rig.kube.set_stream_throughput = slow_set  # type: ignore[method-assign]
     rig.new_runner().tick()  # a restarted operator: the throttle goes to all three pods
     calls = [(t, c) for t, c in rig.kube.calls if t >= now]
-    assert [c for _, c in calls if c.startswith("setstreamthroughput")] == [
-        f"setstreamthroughput {st['migrationMiBps']:.3f} db-{k}" for k in range(3)]
-    assert calls[-1] == (now + 24.0, "scale 4"), calls
+    throttled = [f"setstreamthroughput {st['migrationMiBps']:.3f} db-{k}" for k in range(3)]
+    assert [c for _, c in calls if c.startswith("setstreamthroughput")] == throttled
+    if due_in_s > 0:
+        assert calls[-1] == (now + 24.0, "scale 4"), calls
+    else:
+        assert calls[0] == (now, "scale 4"), calls
+    # the operation records when it started, not when the tick began
+    started = float(rig.policies.status["operation"]["startedEpoch"])
+    assert started == (now + 24.0 if due_in_s > 0 else now)
 
 
 def iso_of(epoch: float) -> str:

@@ -15,7 +15,8 @@ A tick, in order:
 3. :meth:`Runner._control_period` when one is due: metrics, forecast, plan (missing
    metrics: ``Degraded``, no plan, no action), and with ``spec.bandwidth.nodeMbit`` BwMan's
    split of each node's link (``status.bandwidth``, :mod:`elastore.operator.bandwidth`);
-4. :meth:`Runner._throttle` (Enforce mode): the stream throttle in force reaches every
+4. :meth:`Runner._throttle` (Enforce mode; after step 5 when a scale-out is due, whose new
+   pod boots before it streams): the stream throttle in force reaches every
    ready pod that has not got it from this process: a new pod, a restarted one (its uid or
    its container's restartCount changed), every pod after an operator restart; a pod whose
    call failed is retried the next period;
@@ -217,14 +218,24 @@ class Runner:
         # the forecast and the status keep updating while an operation runs: the plan
         # starts from the operation's outcome and waits for it
         degraded = self._control_period(t)
-        self._throttle(t)  # the throttle in force, also when this period had no evidence
         if degraded is not None:
+            self._throttle(t)  # the throttle in force, also when this period had no evidence
             self._bandwidth_pods(t)
             return (POLL_S, degraded[1]) if running else degraded
         partial = self._partial(t)
         if partial is None:
             t.cond("Degraded", False, "Healthy", "metrics and target found")
-        started = running or self._start_step(t)
+        # a scale-out that is due starts before the throttle calls (an exec each: 15-20 s
+        # together on a busy node, and CI's e2e scale-out started that late): its pod boots
+        # before it streams, and gets the throttle then. Any other step comes after them: a
+        # scale-in's decommission streams at once, at the throttle in force.
+        started = running
+        if not started and self._scale_out_due(t):
+            started = self._start_step(t)
+            self._throttle(t)
+        else:
+            self._throttle(t)
+            started = started or self._start_step(t)
         self._bandwidth_pods(t)
         if started:
             return POLL_S, partial
@@ -769,6 +780,11 @@ class Runner:
             return list(pool.map(one, pods))
 
     # -- 4. the next node step -----------------------------------------------------------------
+    def _scale_out_due(self, t: _Tick) -> bool:
+        assert t.sts is not None
+        return control.target_at(t.memory.actions, max(t.now, self.clock()),
+                                 t.sts.spec_replicas) > t.sts.spec_replicas
+
     def _start_step(self, t: _Tick) -> bool:
         """Start the node step the plan wants now, if it may; True if one started."""
         spec, sts = t.spec, t.sts
@@ -857,8 +873,9 @@ class Runner:
             kind, sts.spec_replicas, None if data is None else float(data),
             float(rate) if rate is not None else spec.min_migration_mibps,
             spec.node_overhead_s)
-        new = operation.start(kind, spec.target.name, sts.spec_replicas, t.now, expected,
-                              sts.pvc_template)
+        # started when it starts: the tick may have waited on the cluster since t.now
+        new = operation.start(kind, spec.target.name, sts.spec_replicas,
+                              max(t.now, self.clock()), expected, sts.pvc_template)
         t.cond(_scaling(kind), True, f"{kind}Started",
                f"{sts.spec_replicas} -> {new.to_replicas}: {new.pod}")
         t.out["operation"] = new.to_status()
@@ -881,7 +898,8 @@ class Runner:
             kind, sts.spec_replicas, to, None if data is None else float(data),
             float(rate) if rate is not None else spec.min_migration_mibps,
             spec.node_overhead_s)
-        new = dcoperation.start(kind, spec.target.name, sts.spec_replicas, to, t.now, expected)
+        new = dcoperation.start(kind, spec.target.name, sts.spec_replicas, to,
+                                max(t.now, self.clock()), expected)
         msg = (f"{sts.spec_replicas} -> {to} replicas (CassandraDatacenter "
                f"{spec.target.name}, {len(t.dc.racks) if t.dc else 1} rack(s)), planned at "
                f"{iso(t.memory.actions[0].at_s)}; expected to take {expected:.0f} s")
