@@ -277,7 +277,7 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
     out = tmp_path / "bw.csv"
     argv = [sys.executable, "-m", "elastore", "lab", "profile-bandwidth", "--out", str(out),
             "--client-mbit", "4", "--load-fractions", "0.5,1.3", "--migration-mbit", "4",
-            "--migration-rows", "1500", "--point-seconds", "15"]
+            "--migration-rows", "1500", "--point-seconds", "25"]
     env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900,
                          check=False)
