@@ -106,29 +106,27 @@ def _preload(session: Any, write: Any, rows: list[tuple[int, bytes]], concurrenc
                         f"{PRELOAD_ROUNDS} rounds: {failed[0][1]}")
 
 
+#: ``submit(key, is_write, done)`` issues one request and calls ``done(ok, node)`` when it
+#: completes (from any thread); ``node`` names the server that answered ("" unknown)
+Submit = Callable[[int, bool, Callable[[bool, str], None]], None]
+
+
 def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
         preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
         rf: int = 2, on_start: Callable[[float], None] | None = None,
         routing: str = "token-aware",
         node_labels: Callable[[str], dict[str, str]] | None = None) -> list[dict[str, Any]]:
-    """Replay; ``on_start`` is called with the ``time.monotonic()`` at which the first
-    window starts (experiments align other events with it). ``routing``: see
-    :func:`elastore.lab.cql.cluster_for`."""
+    """Replay against Cassandra; ``on_start`` is called with the ``time.monotonic()`` at
+    which the first window starts (experiments align other events with it). ``routing``:
+    see :func:`elastore.lab.cql.cluster_for`."""
     from cassandra import ConsistencyLevel
 
     from elastore.lab.cql import cluster_for
 
     if concurrency < 1:
         raise ElastoreError("concurrency must be >= 1")
-    times, is_write, win = schedule(wl, rate_scale, windows, seed)
-    n_keys = len(wl.keys)
-    rng = np.random.default_rng(seed + 1)
-    keys = rng.choice(n_keys, size=len(times), p=wl.key_weight / wl.key_weight.sum())
-    values = [np.random.default_rng([seed, k]).bytes(VALUE_BYTES)
-              for k in range(min(n_keys, 4096))]
-    metrics = _Metrics(metrics_addr, node_labels) if metrics_addr else None
-
+    values = value_table(len(wl.keys), seed)
     cluster = cluster_for(hosts, routing)
     session = cluster.connect()
     try:
@@ -140,74 +138,115 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         write = session.prepare(f"INSERT INTO {keyspace}.pages (k, v) VALUES (?, ?)")
         read.consistency_level = write.consistency_level = ConsistencyLevel.ONE
         if preload:
-            _preload(session, write, [(k, values[k % len(values)]) for k in range(n_keys)],
+            _preload(session, write,
+                     [(k, values[k % len(values)]) for k in range(len(wl.keys))],
                      min(concurrency, PRELOAD_CONCURRENCY))
-        stats: dict[int, WindowStats] = {}
-        for w in np.unique(win):
-            stats[int(w)] = WindowStats(int(w), float(wl.start_s[w] - wl.start_s[win[0]]), 0, 0,
-                                        0, [])
-        for w in win:
-            stats[int(w)].scheduled += 1
-        # the same per coordinator node (the node that answered): per-server latency
-        by_node: dict[tuple[int, str], WindowStats] = {}
-        slots = threading.BoundedSemaphore(concurrency)
-        lock = threading.Lock()
-        done = threading.Event()
-        pending = [len(times)]
-        start = time.monotonic() + 0.5
-        if on_start is not None:
-            on_start(start)
-        log.info("replaying %d requests over %.0f s ...", len(times), times[-1])
 
-        def finish(w: int, sched: float, ok: bool, fut: Any) -> None:
-            lat = (time.monotonic() - (start + sched)) * 1000
-            host = getattr(fut, "coordinator_host", None) or getattr(fut, "_current_host",
-                                                                     None)
-            node = str(getattr(host, "address", "") or "unknown")
-            with lock:
-                s = stats[w]
-                n = by_node.get((w, node))
-                if n is None:
-                    n = by_node[(w, node)] = WindowStats(w, s.start_s, 0, 0, 0, [])
-                for st in (s, n):
-                    if ok:
-                        st.completed += 1
-                        st.latencies_ms.append(lat)  # type: ignore[union-attr]
-                    else:
-                        st.errors += 1
-                pending[0] -= 1
-                if pending[0] == 0:
-                    done.set()
-            if metrics is not None:
-                metrics.observe(ok, lat, node)
-            slots.release()
-
-        for i in range(len(times)):
-            delay = start + times[i] - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            slots.acquire()  # open loop: a late request waits here, its latency counts it
-            k = int(keys[i])
-            w = int(win[i])
-            sched = float(times[i])
-            if is_write[i]:
+        def submit(k: int, is_write: bool, done: Callable[[bool, str], None]) -> None:
+            if is_write:
                 fut = session.execute_async(write, (k, values[k % len(values)]))
             else:
                 fut = session.execute_async(read, (k,))
-            fut.add_callbacks(lambda _r, w=w, s=sched, f=fut: finish(w, s, True, f),
-                              lambda _e, w=w, s=sched, f=fut: finish(w, s, False, f))
-        done.wait(timeout=120)
+
+            def node() -> str:
+                host = getattr(fut, "coordinator_host", None) or getattr(
+                    fut, "_current_host", None)
+                return str(getattr(host, "address", "") or "unknown")
+
+            fut.add_callbacks(lambda _r: done(True, node()), lambda _e: done(False, node()))
+
+        return replay(wl, out_csv, submit, concurrency=concurrency, rate_scale=rate_scale,
+                      windows=windows, metrics_addr=metrics_addr, seed=seed,
+                      on_start=on_start, node_labels=node_labels)
     finally:
         cluster.shutdown()
+
+
+def value_table(n_keys: int, seed: int) -> list[bytes]:
+    """The values written: :data:`VALUE_BYTES` incompressible bytes each, key k gets
+    ``values[k % len(values)]`` (at most 4096 distinct, deterministic per seed)."""
+    return [np.random.default_rng([seed, k]).bytes(VALUE_BYTES)
+            for k in range(min(n_keys, 4096))]
+
+
+def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50,
+           rate_scale: float = 1.0, windows: slice = slice(None),
+           metrics_addr: str | None = None, seed: int = 0,
+           on_start: Callable[[float], None] | None = None,
+           node_labels: Callable[[str], dict[str, str]] | None = None
+           ) -> list[dict[str, Any]]:
+    """The open-loop engine, whatever the store: schedule the workload, issue each request
+    through ``submit`` at its time with at most ``concurrency`` in flight, and account
+    every answer in its window (and per answering node)."""
+    if concurrency < 1:
+        raise ElastoreError("concurrency must be >= 1")
+    times, is_write, win = schedule(wl, rate_scale, windows, seed)
+    n_keys = len(wl.keys)
+    rng = np.random.default_rng(seed + 1)
+    keys = rng.choice(n_keys, size=len(times), p=wl.key_weight / wl.key_weight.sum())
+    metrics = _Metrics(metrics_addr, node_labels) if metrics_addr else None
+    stats: dict[int, WindowStats] = {}
+    for w in np.unique(win):
+        stats[int(w)] = WindowStats(int(w), float(wl.start_s[w] - wl.start_s[win[0]]), 0, 0,
+                                    0, [])
+    for w in win:
+        stats[int(w)].scheduled += 1
+    # the same per node that answered (the coordinator): per-server latency
+    by_node: dict[tuple[int, str], WindowStats] = {}
+    slots = threading.BoundedSemaphore(concurrency)
+    lock = threading.Lock()
+    done = threading.Event()
+    pending = [len(times)]
+    start = time.monotonic() + 0.5
+    if on_start is not None:
+        on_start(start)
+    log.info("replaying %d requests over %.0f s ...", len(times), times[-1])
+
+    def finish(w: int, sched: float, ok: bool, node: str) -> None:
+        lat = (time.monotonic() - (start + sched)) * 1000
+        with lock:
+            s = stats[w]
+            n = by_node.get((w, node))
+            if n is None:
+                n = by_node[(w, node)] = WindowStats(w, s.start_s, 0, 0, 0, [])
+            for st in (s, n):
+                if ok:
+                    st.completed += 1
+                    st.latencies_ms.append(lat)  # type: ignore[union-attr]
+                else:
+                    st.errors += 1
+            pending[0] -= 1
+            if pending[0] == 0:
+                done.set()
+        if metrics is not None:
+            metrics.observe(ok, lat, node)
+        slots.release()
+
+    for i in range(len(times)):
+        delay = start + times[i] - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        slots.acquire()  # open loop: a late request waits here, its latency counts it
+        w = int(win[i])
+        sched = float(times[i])
+        submit(int(keys[i]), bool(is_write[i]), _bind(finish, w, sched))
+    done.wait(timeout=120)
     rows = [stats[w].row(wl.window_seconds) for w in sorted(stats)]
     _write_csv(out_csv, rows)
     if out_csv != Path("/dev/null"):
         node_rows = [{"node": node, **by_node[(w, node)].row(wl.window_seconds)}
-                     for (w, node) in sorted(by_node)]
+                     for (w, node) in sorted(by_node) if node]
         for r in node_rows:
             del r["scheduled_rps"]  # scheduling is per request, not per node
         _write_csv(nodes_csv(out_csv), node_rows or [{"node": "", "window": ""}])
     return rows
+
+
+def _bind(finish: Callable[[int, float, bool, str], None], w: int, sched: float
+          ) -> Callable[[bool, str], None]:
+    def done(ok: bool, node: str) -> None:
+        finish(w, sched, ok, node)
+    return done
 
 
 def nodes_csv(out_csv: Path) -> Path:
