@@ -214,3 +214,37 @@ def test_the_stream_throttle_is_reset_only_beyond_the_actuators_resolution(
     third = loop.step()[0].stream_mibps
     assert len(calls) == 2 and third < first - 1
     assert loop.applied["127.0.0.1"] == pytest.approx(third, abs=0.06)
+
+
+def test_swift_is_observed_by_its_object_servers_without_a_stream_series(ms: ModelSet
+                                                                          ) -> None:
+    """Swift's loop reads each node's GET and PUT rates (its object server's StatsD
+    timers); no exporter has the replicators' bytes, so the outgoing rate is unknown (NaN),
+    never 0, and the decision does not need it."""
+    import math
+
+    from elastore.lab.bwman import SWIFT_QUERIES
+
+    node = (1, "127.0.1.1", "127.0.1.1:9102")
+    asked: list[str] = []
+
+    def query(promql: str) -> list[dict[str, object]]:
+        asked.append(promql)
+        rate = "19" if 'verb="GET"' in promql else "1"
+        return [{"metric": {"instance": node[2]}, "value": [0, rate]}]
+
+    loop = BwManLoop([node], ms, BwManConfig(total_mbit=100, wanted_mibps=5), query,
+                     lambda *a: None, lambda n, r: r, queries=SWIFT_QUERIES)
+    (obs,) = loop.observe()
+    assert obs.client_rps == 20 and obs.read_ratio == pytest.approx(0.95)
+    assert math.isnan(obs.outgoing_mibps)
+    assert len(asked) == 2 and all("swift_server_request_seconds_count" in q for q in asked)
+    assert [d.ip for d in loop.step()] == ["127.0.1.1"]
+
+    def no_gets(promql: str) -> list[dict[str, object]]:
+        return [] if 'verb="GET"' in promql else query(promql)
+
+    loop = BwManLoop([node], ms, BwManConfig(total_mbit=100, wanted_mibps=5), no_gets,
+                     lambda *a: None, lambda n, r: r, queries=SWIFT_QUERIES)
+    with pytest.raises(MetricsError, match="no client reads series"):
+        loop.step()

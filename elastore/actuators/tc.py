@@ -12,6 +12,9 @@ The lab's layout (handles in hex)::
     1:N0    client class of node N (port 9042), N = 1, 2, ... in the order given
     1:N1    storage class of node N (port 7000: streaming, but also gossip and messaging)
 
+(Swift: ``client_port=6200``, the object server, and ``storage_port=873``, the
+replicators' rsync: there the storage class carries only the data replication moves.)
+
 ``match`` says which packets a node's classes take:
 
 * ``"both"``: packets *to* the node's port and packets *from* it (requests and responses).
@@ -97,10 +100,21 @@ class HtbShaper:
     split: bool = True
     match: Match = "both"
     queue_bytes: int | None = None
+    #: the ports that tell the classes apart: Cassandra's native protocol and internode
+    #: port by default; Swift's object server (6200) and its replicators' rsync (873)
+    client_port: int = CLIENT_PORT
+    storage_port: int = STORAGE_PORT
     nodes: dict[str, NodeClasses] = field(default_factory=dict)
     installed: bool = False
 
     def __post_init__(self) -> None:
+        for name, port in (("client_port", self.client_port),
+                           ("storage_port", self.storage_port)):
+            if not 0 < port < 65536:
+                raise ElastoreError(f"{name} must be a TCP port (1..65535), got {port}")
+        if self.client_port == self.storage_port:
+            raise ElastoreError(f"the client and storage ports must differ "
+                                f"(both {self.client_port}): tc could not tell them apart")
         if self.match not in ("both", "egress"):
             raise ElastoreError(f"match must be 'both' or 'egress', got {self.match!r}")
         if self.nic_mbit is not None and not self.nic_mbit > 0:
@@ -169,7 +183,8 @@ class HtbShaper:
                 cls = self._add_node_classes(ns, idx, n, ip, client_mbit, storage_mbit)
                 addr = int(ipaddress.IPv4Address(ip))
                 src, dst = f"0x{addr:08x}/0xffffffff+12", f"0x{addr:08x}/0xffffffff+16"
-                for handle, port in ((cls.client, CLIENT_PORT), (cls.storage, STORAGE_PORT)):
+                for handle, port in ((cls.client, self.client_port),
+                                     (cls.storage, self.storage_port)):
                     sport = f"0x{port << 16:08x}/0xffff0000+20"
                     dport = f"0x{port:04x}/0x0000ffff+20"
                     # both: from the node's port, and to it; egress: sent by the node, from

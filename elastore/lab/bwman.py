@@ -15,6 +15,7 @@ import logging
 import math
 import urllib.parse
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from elastore.errors import ElastoreError, MetricsError
@@ -28,6 +29,28 @@ CLIENT_RPS = ('sum by (instance) (rate(org_apache_cassandra_metrics_clientreques
               '{{name="Latency",scope="{scope}"}}[{window}]))')
 STREAM_BPS = ('sum by (instance) (rate(org_apache_cassandra_metrics_streaming_count'
               '{{name="TotalOutgoingBytes"}}[{window}]))')
+
+
+@dataclass(frozen=True)
+class StoreQueries:
+    """The PromQL a BwMan loop observes a store with, each ``{window}``-templated and
+    summed ``by (instance)`` (the node's scrape target). ``stream``: the node's outgoing
+    migration bytes/s, or "" when no exporter has them."""
+
+    reads: str
+    writes: str
+    stream: str = ""
+
+
+CASSANDRA_QUERIES = StoreQueries(CLIENT_RPS.replace("{scope}", "Read"),
+                                 CLIENT_RPS.replace("{scope}", "Write"), STREAM_BPS)
+#: Swift: the object servers' own StatsD timers (statsd_exporter, instance = the node's
+#: exporter); the replicators' bytes are in no exporter (tc counts them)
+SWIFT_QUERIES = StoreQueries(
+    'sum by (instance) (rate(swift_server_request_seconds_count{{server="object",'
+    'verb="GET"}}[{window}]))',
+    'sum by (instance) (rate(swift_server_request_seconds_count{{server="object",'
+    'verb="PUT"}}[{window}]))')
 
 
 class ActuationError(ElastoreError):
@@ -49,7 +72,8 @@ class BwManLoop:
                  cfg: BwManConfig, query: Query, set_tc: Callable[[str, float, float], None],
                  set_stream: Callable[[int, float], float | None],
                  members: Callable[[], Sequence[tuple[int, str, str]]] | None = None,
-                 window: str = "20s", stream_resolution_mibps: float = 0.12) -> None:
+                 window: str = "20s", stream_resolution_mibps: float = 0.12,
+                 queries: StoreQueries | None = None) -> None:
         self.nodes = list(nodes)  # (node number, ip, metrics instance "ip:port")
         # Current membership, asked before every step: a node that has left (decommissioned)
         # is no longer scraped, and waiting for its metrics would stop the loop for the
@@ -58,6 +82,7 @@ class BwManLoop:
         self.models = models
         self.cfg = cfg
         self.query = query
+        self.queries = queries or CASSANDRA_QUERIES
         self.set_tc = set_tc
         self.set_stream = set_stream
         self.window = window  # the rate window of the PromQL
@@ -71,20 +96,26 @@ class BwManLoop:
 
     def observe(self) -> list[NodeObservation]:
         w = self.window
-        reads = self._by_instance(CLIENT_RPS.format(scope="Read", window=w))
-        writes = self._by_instance(CLIENT_RPS.format(scope="Write", window=w))
-        stream = self._by_instance(STREAM_BPS.format(window=w))
+        q = self.queries
+        reads = self._by_instance(q.reads.format(window=w))
+        writes = self._by_instance(q.writes.format(window=w))
+        stream = self._by_instance(q.stream.format(window=w)) if q.stream else None
         out = []
         for _, ip, inst in self.nodes:
-            missing = [name for name, d in (("client reads", reads), ("client writes", writes),
-                                            ("streaming", stream)) if inst not in d]
+            have = [("client reads", reads), ("client writes", writes)]
+            if stream is not None:
+                have.append(("streaming", stream))
+            missing = [name for name, d in have if inst not in d]
             if missing:
                 raise MetricsError("MetricsMissing",
                                    f"no {', '.join(missing)} series for {inst} in Prometheus "
                                    "(a missing metric is never read as 0): nothing actuated")
             total = reads[inst] + writes[inst]
+            # without a streaming query (Swift: its replication bytes are tc's to count, no
+            # exporter has them) the outgoing rate is unknown: NaN, never 0
             out.append(NodeObservation(ip, total, reads[inst] / total if total > 0 else 1.0,
-                                       bytes_to_mib(stream[inst])))
+                                       bytes_to_mib(stream[inst]) if stream is not None
+                                       else math.nan))
         return out
 
     def _by_instance(self, promql: str) -> dict[str, float]:
