@@ -24,7 +24,15 @@ def lab_group() -> None:
 
 
 @lab_group.command("up")
-@click.option("--nodes", type=click.IntRange(1, lab.MAX_NODES), default=3, show_default=True)
+@click.option("--store", type=click.Choice(["cassandra", "swift"]), default="cassandra",
+              show_default=True, help="Cassandra 5.0 (Maven Central jars) or OpenStack Swift "
+              "(Debian's packages: a proxy and storage nodes, namespace elastore-swift).")
+@click.option("--nodes", type=click.IntRange(1, 6), default=3, show_default=True,
+              help=f"Storage nodes (Cassandra: at most {lab.MAX_NODES} on this machine).")
+@click.option("--replicas", type=click.IntRange(1, 6), default=2, show_default=True,
+              help="Swift: the rings' replica count.")
+@click.option("--rsync-bwlimit", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Swift: the replicators' rsync_bwlimit, KiB/s (0: none).")
 @click.option("--heap", default="256M", show_default=True, help="JVM heap per node.")
 @click.option("--veth", is_flag=True, help="Each node in a namespace of its own behind a veth "
               "(a pod on a routed CNI, at 10.88.0.N), the lab's namespace routing between "
@@ -44,14 +52,22 @@ def lab_group() -> None:
               help="Also run, per node, the JMX exporter's standalone server with its example "
               "configuration's naming (Prometheus job cassandra-example): what the "
               "jmx-exporter-example preset reads.")
-def up_cmd(nodes: int, heap: str, veth: bool, cpu_per_node: float, store_cpus: str,
-           cfs_period_ms: float, example_exporter: bool) -> None:
+def up_cmd(store: str, nodes: int, replicas: int, rsync_bwlimit: int, heap: str, veth: bool,
+           cpu_per_node: float, store_cpus: str, cfs_period_ms: float,
+           example_exporter: bool) -> None:
     """Fetch the jars (cached), create the namespace and start the nodes one by one.
 
     \b
     Example:
       elastore lab up --nodes 3 --heap 256M
+      elastore lab up --store swift --nodes 3 --replicas 2
     """
+    if store == "swift":
+        _swift_up(nodes, replicas, rsync_bwlimit)
+        return
+    if nodes > lab.MAX_NODES:
+        raise ElastoreError(f"--nodes must be 1..{lab.MAX_NODES} for Cassandra on this "
+                            "machine (2 cores)")
     cpus = [int(c) for c in _floats("--store-cpus", store_cpus)] if store_cpus else []
     state = lab.up(nodes, heap, veth=veth, cpu_per_node=cpu_per_node, store_cpus=cpus,
                    cfs_period_us=round(cfs_period_ms * 1000), example_exporter=example_exporter)
@@ -66,6 +82,23 @@ def up_cmd(nodes: int, heap: str, veth: bool, cpu_per_node: float, store_cpus: s
     click.echo(f"reach them from inside the namespace: ip netns exec {state.netns} ...")
 
 
+def _swift_up(nodes: int, replicas: int, rsync_bwlimit: int) -> None:
+    from elastore.lab import swift
+
+    st = swift.up(nodes, replicas, rsync_bwlimit_kibps=rsync_bwlimit)
+    click.echo(f"Swift lab up in namespace {st.netns} (state: {lab.lab_dir() / 'swift.json'})")
+    click.echo(f"  proxy: http://{swift.PROXY_ADDR}/v1/{swift.ACCOUNT} (no auth), pid "
+               f"{st.proxy_pids.get('proxy-server')}")
+    for nd in st.nodes:
+        click.echo(f"  node {nd.n}: {nd.ip} object :{swift.OBJECT_PORT} container "
+                   f":{swift.CONTAINER_PORT} account :{swift.ACCOUNT_PORT} rsync "
+                   f":{swift.RSYNC_PORT}, device {nd.device} in {nd.devices}, metrics "
+                   f"http://{nd.metrics}/metrics")
+    click.echo(f"  rings: {st.rings} ({replicas} replicas, 2^{swift.PART_POWER} partitions)")
+    click.echo(f"  Prometheus: http://{swift.PROMETHEUS_ADDR} (pid {st.prometheus_pid})")
+    click.echo(f"reach them from inside the namespace: ip netns exec {st.netns} ...")
+
+
 @lab_group.command("status")
 @click.option("--json", "as_json", is_flag=True)
 def status_cmd(as_json: bool) -> None:
@@ -75,6 +108,23 @@ def status_cmd(as_json: bool) -> None:
     Example:
       elastore lab status
     """
+    from elastore.lab import swift
+
+    if swift.SwiftLabState.load(lab.lab_dir()) is not None and \
+            lab.LabState.load(lab.lab_dir()) is None:
+        sst = swift.status()
+        if as_json:
+            click.echo(json.dumps(sst, indent=2))
+            return
+        click.echo(f"Swift lab in {sst['netns']}, proxy {sst['proxy']}, Prometheus "
+                   f"{sst['prometheus']}")
+        for n in sst["nodes"]:
+            down = [k for k, ok in n["alive"].items() if not ok]
+            click.echo(f"node {n['n']} {n['ip']} device {n['device']} "
+                       f"{n['objects_bytes'] / 2**20:.1f} MiB on disk, "
+                       + (f"NOT RUNNING: {', '.join(down)}" if down else "all running"))
+        click.echo(sst["ring"])
+        return
     st = lab.status()
     if as_json:
         click.echo(json.dumps(st, indent=2))
@@ -96,20 +146,93 @@ def down_cmd() -> None:
     Example:
       elastore lab down
     """
-    done = lab.down()
+    from elastore.lab import swift
+
+    done = lab.down() + swift.down()
     click.echo("\n".join(done) if done else "nothing to do: no lab was up")
 
 
+def _swift_lab_up() -> bool:
+    """Whether the lab that is up is Swift's (and not Cassandra's)."""
+    from elastore.lab import swift
+
+    return (swift.SwiftLabState.load(lab.lab_dir()) is not None
+            and lab.LabState.load(lab.lab_dir()) is None)
+
+
+def _swift_wait(timeout: float) -> None:
+    from elastore.lab import swift
+
+    state = swift.SwiftLabState.load(lab.lab_dir())
+    assert state is not None
+    secs = swift.wait_replicated(state, timeout, say=lambda m: click.echo(m, err=True))
+    click.echo(f"replication finished in {secs:.0f} s: no partition out of place")
+
+
 @lab_group.command("add-node")
-def add_node_cmd() -> None:
-    """Bootstrap one more node and wait until it has joined.
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Swift: wait until the replicators have moved the data.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True)
+def add_node_cmd(wait: bool, timeout: float) -> None:
+    """Cassandra: bootstrap one more node and wait until it has joined. Swift: start one
+    more storage node, add its device to the rings, rebalance and distribute the rings.
 
     \b
     Example:
       elastore lab add-node
     """
+    if _swift_lab_up():
+        from elastore.lab import swift
+
+        nd = swift.add_node()
+        click.echo(f"Swift node {nd.n} ({nd.ip}) started and in the rings")
+        if wait:
+            _swift_wait(timeout)
+        return
     n = lab.add_node()
     click.echo(f"node {n.n} ({n.spec.ip}) joined, pid {n.pid}")
+
+
+@lab_group.command("drain")
+@click.argument("node")
+@click.option("--wait/--no-wait", default=True, show_default=True,
+              help="Wait until the replicators have moved its data away.")
+@click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True)
+def drain_cmd(node: str, wait: bool, timeout: float) -> None:
+    """Swift: set NODE's device weight to 0 in every ring and rebalance; its partitions
+    move to the other nodes (then `lab remove-node NODE`).
+
+    \b
+    Example:
+      elastore lab drain 4 && elastore lab remove-node 4
+    """
+    from elastore.lab import swift
+
+    if not _swift_lab_up():
+        raise ElastoreError("drain is Swift's: for Cassandra use 'elastore lab decommission'")
+    swift.drain_node(node)
+    click.echo(f"Swift node {node} drained in the rings (weight 0)")
+    if wait:
+        _swift_wait(timeout)
+
+
+@lab_group.command("remove-node")
+@click.argument("node")
+def remove_node_cmd(node: str) -> None:
+    """Swift: take a drained NODE out of the rings and stop it. Refused while it is not
+    drained or any partition is still out of place.
+
+    \b
+    Example:
+      elastore lab remove-node 4
+    """
+    from elastore.lab import swift
+
+    if not _swift_lab_up():
+        raise ElastoreError("remove-node is Swift's: for Cassandra use 'elastore lab "
+                            "decommission'")
+    swift.remove_node(node)
+    click.echo(f"Swift node {node} removed from the rings and stopped")
 
 
 @lab_group.command("decommission")
@@ -277,6 +400,24 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
 
     from elastore.lab.profile import key_table, plan, run_profile
 
+    if _swift_lab_up():
+        from elastore.lab import swift
+        from elastore.lab.swiftprofile import run_swift_profile
+
+        if set(_floats("--migrations", migrations)) - {0.0} or \
+                set(_floats("--interference", interference)) - {0.0}:
+            raise ElastoreError("the Swift lab's profile sweeps load and read ratio only: "
+                                "give --migrations 0 --interference 0")
+        sst = swift.SwiftLabState.load(lab.lab_dir())
+        assert sst is not None
+        netns.run_inside(sst.netns)
+        path = run_swift_profile(_floats("--loads", loads), _floats("--read-ratios",
+                                                                    read_ratios), out,
+                                 point_s=point_seconds, window_s=window_seconds,
+                                 warmup_s=warmup_seconds, stop_above_ms=stop_above_ms,
+                                 echo=lambda m: click.echo(m, err=True))
+        click.echo(f"samples: {path}")
+        return
     keys = key_table(keys_from) if keys_from is not None else None
     state = lab.LabState.load(lab.lab_dir())
     if state is None or not state.nodes:
@@ -360,14 +501,20 @@ def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
 @click.option("--point-seconds", type=click.FloatRange(min=1), default=20.0,
               show_default=True)
 @click.option("--resume", is_flag=True, help="Continue an interrupted sweep.")
+@click.option("--bulk-objects", type=click.IntRange(min=1), default=200, show_default=True,
+              help="Swift: objects the ring changes move.")
+@click.option("--bulk-kib", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Swift: each bulk object's size, KiB.")
 def profile_bandwidth_cmd(out: Path, client_mbit: str, load_fractions: str,
                           migration_mbit: str, migration_rows: int, slo_ms: float,
                           percentile: str, read_ratio: float, point_seconds: float,
-                          resume: bool) -> None:
+                          resume: bool, bulk_objects: int, bulk_kib: int) -> None:
     """Measure BwMan's two regressions on the running lab (reference text 5.2.1): the load
     a server serves within the SLO per client bandwidth (its port-9042 egress shaped with
     tc), and the migration speed per storage bandwidth (its port-7000 egress shaped, real
-    nodetool rebuilds).
+    nodetool rebuilds). On the Swift lab: the object servers' port 6200 and the
+    replicators' rsync (port 873), and real ring changes (a node added, then drained) that
+    move --bulk-objects objects.
 
     \b
     Example:
@@ -379,6 +526,23 @@ def profile_bandwidth_cmd(out: Path, client_mbit: str, load_fractions: str,
 
     from elastore.lab.bwprofile import plan_bandwidth, run_bandwidth_profile
 
+    if _swift_lab_up():
+        from elastore.lab import swift
+        from elastore.lab.swiftprofile import run_swift_bandwidth_profile
+
+        sst = swift.SwiftLabState.load(lab.lab_dir())
+        assert sst is not None
+        points = plan_bandwidth(_floats("--client-mbit", client_mbit),
+                                _floats("--load-fractions", load_fractions),
+                                _floats("--migration-mbit", migration_mbit), len(sst.nodes))
+        netns.run_inside(sst.netns)
+        path = run_swift_bandwidth_profile(
+            points, out, point_s=point_seconds, slo_ms=slo_ms, percentile=int(percentile),
+            read_ratio=read_ratio, bulk_objects=bulk_objects, bulk_kib=bulk_kib,
+            resume=resume, echo=lambda m: click.echo(m, err=True))
+        click.echo(f"bandwidth curves: {path} (raw points: "
+                   f"{path.with_name(path.stem)}-points.csv)")
+        return
     state = lab.LabState.load(lab.lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -48,9 +49,12 @@ def _windows(spec: str | None) -> slice:
               default="token-aware", show_default=True,
               help="Send each request to a replica of its key (the driver's production "
                    "default), or round robin over all nodes.")
+@click.option("--store", type=click.Choice(["auto", "cassandra", "swift"]), default="auto",
+              show_default=True, help="Which lab to drive; auto: the one that is up. Swift: "
+              "object GETs and PUTs through the proxy (container = --keyspace).")
 def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
             windows: str | None, keyspace: str, no_preload: bool, seed: int,
-            routing: str) -> None:
+            routing: str, store: str) -> None:
     """Replay WORKLOAD open-loop with cassandra-driver: scheduled rates, 50 clients, keys by
     popularity, 10 KiB incompressible values; per-window CSV and Prometheus metrics.
 
@@ -58,9 +62,20 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
     Example:
       sudo elastore load run wl.json.gz --windows 0:60 --rate-scale 0.5 --out load.csv
     """
-    from elastore.lab import lab, netns
+    from elastore.lab import lab, netns, swift
     from elastore.traces.workload import Workload
 
+    if store == "auto":
+        up = [name for name, st in (("cassandra", lab.LabState.load(lab.lab_dir())),
+                                    ("swift", swift.SwiftLabState.load(lab.lab_dir())))
+              if st is not None]
+        if len(up) > 1:
+            raise ElastoreError("both a Cassandra and a Swift lab are up: say --store")
+        store = up[0] if up else "cassandra"
+    if store == "swift":
+        _run_swift(workload, out, concurrency, rate_scale, windows, keyspace, no_preload,
+                   seed)
+        return
     state = lab.LabState.load(lab.lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
@@ -83,8 +98,108 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
                on_start=lambda mono: click.echo(
                    f"replay starts at epoch {time.time() + mono - time.monotonic():.3f} "
                    "(the CSV's start_s counts from it)", err=True))
+    _summary(rows, out)
+
+
+def _summary(rows: list[dict[str, Any]], out: Path) -> None:
     sched = sum(r["scheduled_rps"] for r in rows) / len(rows)
     got = sum(r["achieved_rps"] for r in rows) / len(rows)
     worst = max(r["p95_ms"] for r in rows)
     click.echo(f"{len(rows)} windows: scheduled {sched:.1f} req/s, achieved {got:.1f} req/s, "
                f"worst window p95 {worst:.1f} ms; per-window CSV: {out}")
+
+
+def _run_swift(workload: Path, out: Path, concurrency: int, rate_scale: float,
+               windows: str | None, container: str, no_preload: bool, seed: int) -> None:
+    from elastore.lab import netns, swift
+    from elastore.traces.workload import Workload
+
+    state = swift.SwiftLabState.load(swift.lab_dir())
+    if state is None or not state.nodes:
+        raise ElastoreError("no Swift lab is up: run 'elastore lab up --store swift' first")
+    wl = Workload.load(workload)
+    netns.run_inside(state.netns)
+    from elastore.lab.swiftload import run
+
+    rows = run(wl, swift.PROXY_ADDR, swift.ACCOUNT, out, container=container,
+               concurrency=concurrency, rate_scale=rate_scale, windows=_windows(windows),
+               preload_keys=not no_preload, metrics_addr=swift.LOADGEN_METRICS, seed=seed,
+               on_start=lambda mono: click.echo(
+                   f"replay starts at epoch {time.time() + mono - time.monotonic():.3f} "
+                   "(the CSV's start_s counts from it)", err=True))
+    _summary(rows, out)
+
+
+@load_group.command("bulk")
+@click.option("--objects", type=click.IntRange(min=1), required=True)
+@click.option("--kib", type=click.IntRange(min=1), default=1024, show_default=True,
+              help="Each object's size, KiB.")
+@click.option("--container", default="bulk", show_default=True)
+def bulk_cmd(objects: int, kib: int, container: str) -> None:
+    """Swift: write OBJECTS incompressible objects of KIB KiB (b0, b1, ...) through the
+    proxy: data for the replicators to move; `load verify --bulk` checks them.
+
+    \b
+    Example:
+      sudo elastore load bulk --objects 200 --kib 1024
+    """
+    from elastore.lab import netns, swift
+
+    state = swift.SwiftLabState.load(swift.lab_dir())
+    if state is None:
+        raise ElastoreError("no Swift lab is up: run 'elastore lab up --store swift' first")
+    netns.run_inside(state.netns)
+    from elastore.lab.swiftload import write_bulk
+
+    secs = write_bulk(swift.PROXY_ADDR, swift.ACCOUNT, objects, kib * 1024,
+                      container=container)
+    mib = objects * kib / 1024
+    click.echo(f"wrote {objects} objects, {mib:.0f} MiB, in {secs:.1f} s "
+               f"({mib / max(secs, 1e-9):.1f} MiB/s through the proxy)")
+
+
+@load_group.command("verify")
+@click.argument("workload", type=click.Path(path_type=Path))
+@click.option("--container", default="wiki", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="The seed the objects were written with.")
+@click.option("--bulk", "bulk_n", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Also check this many objects of `load bulk` (container bulk).")
+@click.option("--bulk-kib", type=click.IntRange(min=1), default=1024, show_default=True)
+def verify_cmd(workload: Path, container: str, seed: int, bulk_n: int, bulk_kib: int
+               ) -> None:
+    """Check that the Swift lab lost nothing: GET every key of WORKLOAD and compare it byte
+    for byte (MD5) with what `load run` wrote, and count the container's listing. Exits 1
+    when an object is missing, different or unreadable, or the listing is short.
+
+    \b
+    Example:
+      sudo elastore load verify wl.json.gz
+    """
+    import json
+
+    from elastore.lab import netns, swift
+    from elastore.traces.workload import Workload
+
+    state = swift.SwiftLabState.load(swift.lab_dir())
+    if state is None:
+        raise ElastoreError("no Swift lab is up: run 'elastore lab up --store swift' first")
+    wl = Workload.load(workload)
+    netns.run_inside(state.netns)
+    from elastore.lab.swiftload import verify
+
+    res = verify(len(wl.keys), swift.PROXY_ADDR, swift.ACCOUNT, container=container, seed=seed)
+    bad = res["missing"] or res["corrupt"] or res["failed"] or res["listed"] != res["keys"]
+    if bulk_n:
+        from elastore.lab.swiftload import verify_bulk
+
+        res["bulk"] = verify_bulk(swift.PROXY_ADDR, swift.ACCOUNT, bulk_n, bulk_kib * 1024)
+        bad = bad or res["bulk"]["bad"] or res["bulk"]["listed"] != bulk_n
+        click.echo(f"bulk: {res['bulk']['ok']} of {bulk_n} intact, {res['bulk']['listed']} "
+                   "listed", err=True)
+    click.echo(json.dumps(res))
+    click.echo(f"{res['ok']} of {res['keys']} objects intact, {res['listed']} listed; "
+               f"missing {len(res['missing'])}, corrupt {len(res['corrupt'])}, unreadable "
+               f"{len(res['failed'])}", err=True)
+    if bad:
+        raise SystemExit(1)

@@ -1,0 +1,78 @@
+"""The Swift ring actuator's pure parts: reading swift-ring-builder's rebalance summary and
+telling which partitions are out of place (tests/test_swift_lab.py runs the real thing)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from elastore.actuators.swiftring import misplaced, parse_rebalance
+from elastore.errors import ElastoreError
+
+# swift-ring-builder 2.30.1's own words (Debian's swift, run in the lab)
+REBALANCED = ("Reassigned 128 (25.00%) partitions. Balance is now 0.39.  Dispersion is now "
+              "0.00\n")
+NOTHING = ("No partitions could be reassigned.\nThere is no need to do so at this time\n")
+
+
+def test_rebalance_summary_is_read() -> None:
+    r = parse_rebalance("object", REBALANCED)
+    assert (r.kind, r.reassigned, r.balance) == ("object", 128, 0.39)
+
+
+COWARDLY = "Cowardly refusing to save rebalance as it did not change at least 1%.\n"
+
+
+@pytest.mark.parametrize("text", [NOTHING, COWARDLY])
+def test_a_rebalance_that_moved_nothing_says_so(text: str) -> None:
+    r = parse_rebalance("account", text)
+    assert r.reassigned == 0 and math.isnan(r.balance)
+
+
+def test_unexpected_rebalance_output_is_an_error() -> None:
+    with pytest.raises(ElastoreError, match="unexpected"):
+        parse_rebalance("object", "Traceback (most recent call last): ...")
+
+
+A, B, C, D = "127.0.1.1/d1", "127.0.1.2/d2", "127.0.1.3/d3", "127.0.1.4/d4"
+
+
+def test_everything_in_place_is_done() -> None:
+    ring = {0: [A, B], 1: [B, C], 2: [C, A]}
+    disk = {A: {0: 10, 2: 5}, B: {0: 10, 1: 7}, C: {1: 7, 2: 5}}
+    m = misplaced(ring, disk)
+    assert m.done and (m.handoffs, m.missing, m.handoff_bytes) == (0, 0, 0)
+
+
+def test_a_new_device_starts_missing_what_it_now_owns() -> None:
+    # partition 1's second replica moved from C to the new D: C holds a handoff, D lacks it
+    ring = {0: [A, B], 1: [B, D], 2: [C, A]}
+    disk = {A: {0: 10, 2: 5}, B: {0: 10, 1: 7}, C: {1: 7, 2: 5}, D: {}}
+    m = misplaced(ring, disk)
+    assert not m.done
+    assert (m.handoffs, m.missing, m.handoff_bytes) == (1, 1, 7)
+
+
+def test_a_drained_device_holds_only_handoffs() -> None:
+    ring = {0: [A, B], 1: [B, A]}
+    disk = {A: {0: 3, 1: 4}, B: {0: 3, 1: 4}, C: {0: 3, 1: 4}}
+    m = misplaced(ring, disk)
+    assert (m.handoffs, m.missing, m.handoff_bytes) == (2, 0, 7)
+
+
+def test_a_partition_nobody_has_is_not_missing() -> None:
+    # empty partitions have no directory anywhere: nothing to move
+    ring = {0: [A, B], 1: [B, C]}
+    assert misplaced(ring, {A: {0: 1}, B: {0: 1}, C: {}}).done
+
+
+def test_the_shaper_takes_swifts_ports_and_refuses_ports_it_cannot_tell_apart() -> None:
+    from elastore.actuators.tc import HtbShaper
+
+    s = HtbShaper("elastore-x", match="egress", client_port=6200, storage_port=873)
+    assert (s.client_port, s.storage_port) == (6200, 873)
+    with pytest.raises(ElastoreError, match="must differ"):
+        HtbShaper("elastore-x", client_port=873, storage_port=873)
+    with pytest.raises(ElastoreError, match="TCP port"):
+        HtbShaper("elastore-x", client_port=0)
