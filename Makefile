@@ -39,7 +39,7 @@ unit: $(TEST_STAMP)
 	$(BIN)/pytest -m "not k8s and not lab" $(PYTEST_ARGS)
 
 # the lab suites need the Cassandra jars (Maven Central, cached by version), Debian's
-# Prometheus and stress-ng (the lab's co-runners), Debian's Swift and rsync (the Swift lab),
+# Prometheus and stress-ng (the lab's co-runners), Debian's Swift, rsync and memcached (the Swift lab),
 # Prometheus's statsd_exporter (built with Go from the module proxy, cached by version), and
 # iproute2 and curl (on the machine image already)
 lab-deps: $(TEST_STAMP)
@@ -49,9 +49,9 @@ lab-deps: $(TEST_STAMP)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl; }
 	@command -v stress-ng >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
-	@command -v swift-proxy-server >/dev/null && command -v rsync >/dev/null || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends swift swift-proxy \
-	  swift-object swift-container swift-account rsync; }
+	@command -v swift-proxy-server >/dev/null && command -v rsync >/dev/null && command -v memcached >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	  swift swift-proxy swift-object swift-container swift-account rsync memcached; }
 	$(BIN)/python -c 'from elastore.lab.cassandra import ensure_jars; print("cassandra jars:", ensure_jars()); from elastore.lab.cassandra import ensure_exporter_server; print("jmx exporter server:", ensure_exporter_server())'
 	$(BIN)/python -c 'from elastore.lab.swift import ensure_statsd_exporter; print("statsd_exporter:", ensure_statsd_exporter())'
 
