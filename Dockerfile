@@ -2,6 +2,10 @@
 # (Not built by this repo's CI: its machines have no container engine. The chart's tests run
 # the same entry point, `elastore operator run`, as a process against a real API server.)
 FROM python:3.11-slim
+# Swift targets: the operator changes the rings with Swift's own swift-ring-builder, run under
+# Debian's Python (/usr/bin/python3, /usr/bin/swift-ring-builder: Debian's package "swift")
+RUN apt-get update && apt-get install -y --no-install-recommends swift \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY elastore ./elastore

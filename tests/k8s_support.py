@@ -341,6 +341,8 @@ class OperatorProcess:
         # the nodetool commands the suites' policies name: the stand-in, the lab's exec
         allowed = [a for c in ("nodetool", f"{sys.executable} {NODETOOL_STANDIN}",
                                f"{sys.executable} {PODEXEC}") for a in ("--nodetool", c)]
+        # and the prefix the Swift suites' commands go through (testbed.swiftexec)
+        allowed += ["--exec-prefix", f"{sys.executable} {SWIFT_EXEC}"]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "elastore", "-v", "operator", "run", "--kubeconfig",
              str(kubeconfig), "--metrics-port", str(self.metrics_port), "--metrics-addr",
@@ -400,13 +402,14 @@ def events(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
 
 def _exec_docs(namespace: str, sts: str, pods: int,
                envs: Callable[[int], dict[str, str]],
-               names: list[str] | None = None) -> list[dict[str, Any]]:
+               names: list[str] | None = None, container: str = "cassandra"
+               ) -> list[dict[str, Any]]:
     """kwok ``Exec`` resources: ``exec`` into pod ``<sts>-k`` (or ``names[k]``) runs the
     command *locally*, with ``envs(k)``."""
     names = names or [f"{sts}-{k}" for k in range(pods)]
     return [{"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Exec",
              "metadata": {"name": names[k], "namespace": namespace},
-             "spec": {"execs": [{"containers": ["cassandra"], "local": {
+             "spec": {"execs": [{"containers": [container], "local": {
                  "workDir": str(REPO),
                  "envs": [{"name": n, "value": v} for n, v in
                           {**envs(k), "PYTHONPATH": str(REPO)}.items()]}}]}}
@@ -419,6 +422,20 @@ def kwok_exec_config(namespace: str, sts: str, pods: int, lab_dir: Path) -> str:
     docs = _exec_docs(namespace, sts, pods, lambda k: {
         "ELASTORE_NODE": str(k + 1), "ELASTORE_LAB_DIR": str(lab_dir)})
     return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+def swift_exec_config(namespace: str, sts: str, pods: int, lab_dir: Path) -> str:
+    """``exec`` into container ``swift`` of pod ``<sts>-k`` runs the command with
+    ``ELASTORE_NODE=k+1`` and ``ELASTORE_LAB_DIR``: against lab Swift node k+1's files (see
+    testbed.swiftexec)."""
+    docs = _exec_docs(namespace, sts, pods, lambda k: {
+        "ELASTORE_NODE": str(k + 1), "ELASTORE_LAB_DIR": str(lab_dir)}, container="swift")
+    return "\n---\n".join(json.dumps(d) for d in docs)
+
+
+#: the prefix a Swift policy's commands go through in the k8s suites (kwok's pods run no
+#: Swift: testbed.swiftexec runs them against the lab's node)
+SWIFT_EXEC = REPO / "tests" / "testbed" / "swiftexec.py"
 
 
 def standin_exec_config(namespaces: list[str], sts: str, pods: int, root: Path) -> str:
@@ -507,15 +524,16 @@ class LabPodAgent:
         self._thread.join(timeout=600)
 
 
-def trace_workload(shared: Path, out: Path, peak: float = 120.0, hour_s: float = 20.0
-                   ) -> tuple[Path, float]:
+def trace_workload(shared: Path, out: Path, peak: float = 120.0, hour_s: float = 20.0,
+                   windows_per_hour: int = 4) -> tuple[Path, float]:
     """A day and a bit of the English Wikipedia (2016-01-05 04:00 to 2016-01-06 06:00 UTC):
     the night's trough, the day's rise and plateau, the next night's fall; 1 h =
-    ``hour_s`` seconds."""
+    ``hour_s`` seconds, in ``windows_per_hour`` steps of load."""
     res = subprocess.run([sys.executable, "-m", "elastore", "trace", "build",
                           str(shared / "traces" / "wikipedia" / "en-2016-01-pages-hourly.csv.gz"),
                           "--start", "2016-01-05 04:00", "--end", "2016-01-06 06:00",
-                          "--hour-seconds", str(hour_s), "--windows-per-hour", "4",
+                          "--hour-seconds", str(hour_s),
+                          "--windows-per-hour", str(windows_per_hour),
                           "--peak-rps", str(peak), "-o", str(out)],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr[-2000:]

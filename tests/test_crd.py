@@ -56,7 +56,10 @@ def with_value(path: str, value: Any) -> dict[str, Any]:
 DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.target.kind": lambda p: p.target.kind,
     "spec.target.store": lambda p: p.target.store,
-    "spec.target.container": lambda p: p.target.container,
+    "spec.target.swift.ringDir": lambda p: p.target.swift.ring_dir,
+    "spec.target.swift.devicesDir": lambda p: p.target.swift.devices_dir,
+    "spec.target.swift.device": lambda p: p.target.swift.device,
+    "spec.target.swift.weight": lambda p: p.target.swift.weight,
     "spec.target.nodetool": lambda p: list(p.target.nodetool),
     "spec.slo.percentile": lambda p: p.slo_percentile,
     "spec.controlPeriod": lambda p: p.control_period_s,
@@ -159,7 +162,10 @@ def test_the_preset_enum_is_the_presets_and_its_default_follows_the_target() -> 
     dc = parse({**MINIMAL, "target": {**MINIMAL["target"], "kind": "CassandraDatacenter"}}
                ).prometheus
     assert sts is not None and dc is not None
-    assert (sts.preset, dc.preset) == (DEFAULT_PRESET, DATACENTER_PRESET)
+    sw = parse({**MINIMAL, "target": {**MINIMAL["target"], "store": "swift"}}).prometheus
+    assert sw is not None
+    assert (sts.preset, dc.preset, sw.preset) == (DEFAULT_PRESET, DATACENTER_PRESET,
+                                                  "swift-statsd")
     assert DATACENTER_PRESET != DEFAULT_PRESET
     given = {**MINIMAL, "target": {**MINIMAL["target"], "kind": "CassandraDatacenter"},
              "metrics": {"prometheus": {**MINIMAL["metrics"]["prometheus"], "preset": "mcac"}}}

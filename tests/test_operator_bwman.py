@@ -500,7 +500,8 @@ def test_bwman_spec_defaults() -> None:
                                  "storagePorts": [7000]}))
     assert p.node_mbit == 1000.0 and p.client_ports == (9042, 9142)
     assert p.storage_ports == (7000,)
-    swift = parse(spec_of(target={"name": "s", "replicationFactor": 3, "store": "swift"},
+    swift = parse(spec_of(target={"name": "s", "replicationFactor": 3, "store": "swift",
+                                  "swift": {"ringConfigMap": "rings"}},
                           bandwidth={"nodeMbit": 100, "clientPorts": [8080],
                                      "storagePorts": [6200, 6201, 6202]}))
     assert swift.client_ports == (8080,)
@@ -529,12 +530,14 @@ def test_bwman_spec_errors_name_the_field(bw: Any, where: str, words: str) -> No
     assert err.value.where == where and words in str(err.value), err.value
 
 
-def test_bwman_spec_swift_has_no_default_ports() -> None:
-    swift = {"name": "s", "replicationFactor": 3, "store": "swift"}
-    assert parse(spec_of(target=swift)).client_ports == ()  # no split asked: no ports needed
-    with pytest.raises(SpecError) as err:
-        parse(spec_of(target=swift, bandwidth={"nodeMbit": 100}))
-    assert err.value.where == "spec.bandwidth.clientPorts" and "store swift" in str(err.value)
+def test_bwman_spec_swift_defaults_are_its_servers_and_the_replicators_rsync() -> None:
+    """Swift's client class is what the proxy calls (object, container, account servers);
+    its migration class the replicators' rsync (measured on the lab: issue 20's
+    experiments/swift-bwman)."""
+    swift = {"name": "s", "replicationFactor": 3, "store": "swift",
+             "swift": {"ringConfigMap": "rings"}}
+    p = parse(spec_of(target=swift, bandwidth={"nodeMbit": 100}))
+    assert p.client_ports == (6200, 6201, 6202) and p.storage_ports == (873,)
 
 
 def test_bwman_the_crd_says_what_the_parser_says() -> None:

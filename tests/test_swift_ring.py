@@ -1,9 +1,12 @@
-"""The Swift ring actuator's pure parts: reading swift-ring-builder's rebalance summary and
-telling which partitions are out of place (tests/test_swift_lab.py runs the real thing)."""
+"""The Swift ring actuator: its pure parts (reading swift-ring-builder's rebalance summary,
+telling which partitions are out of place) and, on Debian's real Swift (``lab``), the
+rings as a ConfigMap's files changed in one process (tests/test_swift_lab.py and
+tests/test_swift_operator_k8s.py run the rest)."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +79,45 @@ def test_the_shaper_takes_swifts_ports_and_refuses_ports_it_cannot_tell_apart() 
         HtbShaper("elastore-x", client_port=873, storage_port=873)
     with pytest.raises(ElastoreError, match="TCP port"):
         HtbShaper("elastore-x", client_port=0)
+
+
+@pytest.mark.lab
+def test_ring_files_change_in_one_process_and_keep_their_form(tmp_path: Path) -> None:
+    """The operator's ring change on real builders (Debian's Swift): a ConfigMap's files
+    (builders gzipped) in, new files out; add, drain (weight 0: no partition left), remove;
+    the builders stay gzipped; a change that would not fit a ConfigMap is refused."""
+    import gzip
+
+    from elastore.actuators.swiftring import KINDS, RingFiles, RingMaster
+
+    master = RingMaster(tmp_path / "m")
+    master.create(6, 2)
+    master.add_all([(n, f"10.0.0.{n}", "d1", 100.0) for n in (1, 2, 3)])
+    master.rebalance()
+    files = {f"{k}.builder.gz": gzip.compress((master.path / f"{k}.builder").read_bytes())
+             for k in KINDS}
+    files.update({f"{k}.ring.gz": (master.path / f"{k}.ring.gz").read_bytes() for k in KINDS})
+    rings = RingFiles(files)
+    assert rings.replicas() == 2.0
+    assert sorted(rings.table()) == ["10.0.0.1/d1", "10.0.0.2/d1", "10.0.0.3/d1"]
+    new, done = rings.change([{"op": "add", "ip": "10.0.0.4", "device": "d1", "zone": 4,
+                               "weight": 100}])
+    assert sorted(new.files) == sorted(files)  # the same keys: builders still .gz
+    assert new.table()["10.0.0.4/d1"] == (100.0, 32)  # 64 partitions x 2 replicas / 4
+    assert {r.kind for r in done} == set(KINDS) and all(r.reassigned == 32 for r in done)
+    assert new.ring_md5s() != rings.ring_md5s()
+    assert {d for ds in new.assignment("object").values() for d in ds} >= {"10.0.0.4/d1"}
+    # adding it again changes nothing; draining leaves it no partition
+    again, _ = new.change([{"op": "add", "ip": "10.0.0.4", "device": "d1", "zone": 4,
+                            "weight": 100}])
+    assert again.table() == new.table()
+    drained, _ = new.change([{"op": "weight", "ip": "10.0.0.4", "device": "d1", "zone": 4,
+                              "weight": 0}])
+    assert drained.table()["10.0.0.4/d1"] == (0.0, 0)
+    removed, _ = drained.change([{"op": "remove", "ip": "10.0.0.4", "device": "d1",
+                                  "zone": 4, "weight": 0}])
+    assert "10.0.0.4/d1" not in removed.table()
+    with pytest.raises(ElastoreError, match="over the 1000 a ConfigMap holds"):
+        rings.change([], limit_bytes=1000)
+    with pytest.raises(ElastoreError, match="for object; found"):
+        RingFiles({k: v for k, v in files.items() if k != "object.ring.gz"})

@@ -437,6 +437,64 @@ class KubeActuator:
             raise ElastoreError("setstreamthroughput failed on " + "; ".join(failed))
         return applied
 
+    # -- Swift: the pods' IPs, and the rings' ConfigMap -----------------------------------------
+    def pod_ip(self, ns: str, name: str) -> str | None:
+        """The pod's IP while it is not being deleted; None when it has none (or is gone)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            p: Any = self.core.read_namespaced_pod(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ElastoreError(f"reading pod {ns}/{name}: {exc.reason}") from exc
+        if p.metadata.deletion_timestamp is not None or p.status is None:
+            return None
+        ip = p.status.pod_ip
+        return str(ip) if ip else None
+
+    def read_files(self, ns: str, name: str) -> tuple[str, dict[str, bytes], dict[str, str]]:
+        """A ConfigMap's files (``binaryData``, and ``data`` as UTF-8), its resourceVersion
+        and its labels."""
+        import base64
+
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cm: Any = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise ElastoreError(f"ConfigMap {ns}/{name} not found") from exc
+            raise ElastoreError(f"reading ConfigMap {ns}/{name}: {exc.reason}") from exc
+        files = {str(k): base64.b64decode(v) for k, v in (cm.binary_data or {}).items()}
+        files.update({str(k): str(v).encode() for k, v in (cm.data or {}).items()})
+        labels = {str(k): str(v) for k, v in (cm.metadata.labels or {}).items()}
+        return str(cm.metadata.resource_version), files, labels
+
+    def write_files(self, ns: str, name: str, resource_version: str,
+                    files: dict[str, bytes]) -> str:
+        """Replace the ConfigMap's files with ``files`` (all as ``binaryData``), only if it
+        is still at ``resource_version`` (anyone else's change in between is a
+        :class:`DriftError`, and nothing is written). Returns the new resourceVersion."""
+        import base64
+
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cm: Any = self.core.read_namespaced_config_map(name, ns)
+            # the version read before the change, not this one: a write in between fails
+            cm.metadata.resource_version = resource_version
+            cm.binary_data = {k: base64.b64encode(v).decode() for k, v in files.items()}
+            cm.data = None
+            new: Any = self.core.replace_namespaced_config_map(name, ns, cm)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise DriftError(f"ConfigMap {ns}/{name} changed since it was read (someone "
+                                 "else writes the rings): nothing written") from exc
+            raise ElastoreError(f"writing ConfigMap {ns}/{name}: {exc.reason} "
+                                f"{str(exc.body)[:300]}") from exc
+        return str(new.metadata.resource_version)
+
     # -- PVCs ------------------------------------------------------------------------------------
     def pvc_exists(self, ns: str, name: str) -> bool:
         from kubernetes.client.exceptions import ApiException

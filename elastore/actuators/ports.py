@@ -8,7 +8,7 @@ operator's tests without an API server). The operator's runner sees only this pr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from elastore.actuators.nodetool import Ring
 from elastore.errors import ElastoreError
@@ -140,3 +140,26 @@ class ClusterPort(Protocol):
 
     def delete_pvc(self, ns: str, name: str) -> None:
         """Delete a PVC (one already gone is not an error)."""
+
+
+#: the label a ConfigMap must carry for the operator to change the Swift rings in it: a
+#: policy's author cannot point the operator at any ConfigMap of the namespace
+SWIFT_RINGS_LABEL = "elastore.io/swift-rings"
+
+
+@runtime_checkable
+class SwiftPort(Protocol):
+    """What a Swift target needs besides :class:`ClusterPort`: the pods' IPs (a device's
+    address in the rings), commands in the pods (their ring files and devices), and the
+    ConfigMap the pods read their rings from."""
+
+    def pod_ip(self, ns: str, name: str) -> str | None: ...
+
+    def exec(self, ns: str, pod: str, container: str, argv: list[str],
+             timeout_s: float = 120.0) -> Any: ...
+
+    def read_files(self, ns: str, name: str) -> tuple[str, dict[str, bytes], dict[str, str]]:
+        """(resourceVersion, files, labels) of a ConfigMap."""
+
+    def write_files(self, ns: str, name: str, resource_version: str,
+                    files: dict[str, bytes]) -> str: ...

@@ -97,14 +97,18 @@ class SwiftNode:
     root: str
     #: process name (e.g. "object-server", "rsync", "exporter") -> pid
     pids: dict[str, int] = field(default_factory=dict)
+    #: its address when it stands in for a pod (the pod's IP); else 127.0.1.n
+    addr: str = ""
+    #: its device's name when it stands in for a pod (every pod's is the same); else d<n>
+    dev: str = ""
 
     @property
     def ip(self) -> str:
-        return node_ip(self.n)
+        return self.addr or node_ip(self.n)
 
     @property
     def device(self) -> str:
-        return f"d{self.n}"
+        return self.dev or f"d{self.n}"
 
     @property
     def swift_dir(self) -> Path:
@@ -172,7 +176,8 @@ class SwiftLabState:
         try:
             doc = json.loads(p.read_text())
             nodes = [SwiftNode(int(x["n"]), str(x["root"]),
-                               {str(k): int(v) for k, v in x.get("pids", {}).items()})
+                               {str(k): int(v) for k, v in x.get("pids", {}).items()},
+                               str(x.get("addr", "")), str(x.get("dev", "")))
                      for x in doc["nodes"]]
             return cls(str(doc["netns"]), str(doc["root"]), int(doc["replicas"]), nodes,
                        {str(k): int(v) for k, v in doc.get("proxy_pids", {}).items()},
@@ -536,10 +541,14 @@ def reload_prometheus(state: SwiftLabState) -> None:
 # --- up / down ---------------------------------------------------------------------------
 
 def up(nodes: int = 3, replicas: int = 2, d: Path | None = None,
-       namespace: str = NAMESPACE, pods: str = "", rsync_bwlimit_kibps: int = 0
-       ) -> SwiftLabState:
+       namespace: str = NAMESPACE, pods: str = "", rsync_bwlimit_kibps: int = 0,
+       ips: list[str] | None = None, device: str = "") -> SwiftLabState:
     """Create the namespace, the rings (``nodes`` devices, ``replicas`` replicas), start
-    every storage node, the proxy and Prometheus, and wait until the proxy serves."""
+    every storage node, the proxy and Prometheus, and wait until the proxy serves. With
+    ``ips`` (and ``pods``), node n stands in for pod ``<statefulset>-(n-1)`` at ``ips[n-1]``
+    (its IP, an address of the lab's namespace only) with device ``device``."""
+    if ips is not None and len(ips) != nodes:
+        raise ElastoreError(f"{len(ips)} address(es) for {nodes} node(s)")
     if not 1 <= nodes <= MAX_NODES:
         raise ElastoreError(f"--nodes must be 1..{MAX_NODES} for the Swift lab")
     if not 1 <= replicas <= nodes:
@@ -556,7 +565,8 @@ def up(nodes: int = 3, replicas: int = 2, d: Path | None = None,
     root = d / "swift"
     state = SwiftLabState(namespace, str(root), replicas, pods=pods,
                           rsync_bwlimit_kibps=rsync_bwlimit_kibps)
-    state.nodes = [SwiftNode(n, str(root / f"node{n}")) for n in range(1, nodes + 1)]
+    state.nodes = [SwiftNode(n, str(root / f"node{n}"), addr=ips[n - 1] if ips else "",
+                             dev=device) for n in range(1, nodes + 1)]
     netns.create(namespace)
     state.save(d)
     for nd in state.nodes:
@@ -730,6 +740,51 @@ def add_node(d: Path | None = None, weight: float = DEVICE_WEIGHT) -> SwiftNode:
     distribute_rings(state)
     reload_prometheus(state)
     return nd
+
+
+def start_pod_node(n: int, ip: str, rings: dict[str, bytes], d: Path | None = None,
+                   device: str = "") -> SwiftNode:
+    """Start node ``n`` standing in for a pod at ``ip`` with the ring files ``rings`` (what
+    the pod's ring volume holds): its servers only; the rings are not changed (the
+    operator adds its device). Returns at once when its servers answer."""
+    d, state = _require(d)
+    if any(x.n == n for x in state.nodes):
+        raise ElastoreError(f"Swift node {n} is already in the lab")
+    nd = SwiftNode(n, str(Path(state.root) / f"node{n}"), addr=ip, dev=device)
+    state.nodes.append(nd)
+    state.save(d)
+    _add_address(state, nd.ip)
+    _write_node(state, nd)
+    write_rings(nd.swift_dir, rings)
+    start_node(state, nd, d)
+    reload_prometheus(state)
+    return nd
+
+
+def stop_pod_node(n: int, d: Path | None = None) -> list[str]:
+    """Stop node ``n`` (its pod is gone) and forget it; its files are deleted."""
+    d, state = _require(d)
+    nd = state.node(n)
+    done = stop_node(nd)
+    state.nodes = [x for x in state.nodes if x.n != nd.n]
+    state.save(d)
+    shutil.rmtree(nd.root, ignore_errors=True)
+    reload_prometheus(state)
+    return done
+
+
+def write_rings(swift_dir: Path, rings: dict[str, bytes]) -> None:
+    """Put the ``<kind>.ring.gz`` files of ``rings`` in ``swift_dir``, each replaced
+    atomically (what a kubelet's ConfigMap volume update does: a server that reloads
+    meanwhile reads the old or the new ring)."""
+    swift_dir.mkdir(parents=True, exist_ok=True)
+    for kind in SERVERS:
+        data = rings.get(f"{kind}.ring.gz")
+        if data is None:
+            raise ElastoreError(f"no {kind}.ring.gz among the rings to write")
+        tmp = swift_dir / f".{kind}.ring.gz.tmp"
+        tmp.write_bytes(data)
+        tmp.replace(swift_dir / f"{kind}.ring.gz")
 
 
 def drain_node(which: int | str, d: Path | None = None) -> None:

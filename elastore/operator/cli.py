@@ -48,9 +48,14 @@ def operator_group() -> None:
                    "'/opt/cassandra/bin/nodetool'. A policy naming any other is refused: "
                    "whoever may write a policy must not choose what runs in the store's "
                    "pods.")
+@click.option("--exec-prefix", "exec_prefixes", multiple=True, metavar="COMMAND",
+              help="A command a Swift policy's commands in its pods may go through "
+                   "(spec.target.swift.execPrefix; repeatable, split like a shell would). "
+                   "Default: none, the commands (md5sum, du) run as they are.")
 def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: int,
             metrics_addr: str, liveness: str | None, standalone: bool, priority: int | None,
-            peering: str, peering_lifetime: int, nodetools: tuple[str, ...]) -> None:
+            peering: str, peering_lifetime: int, nodetools: tuple[str, ...],
+            exec_prefixes: tuple[str, ...]) -> None:
     """Run the operator until SIGTERM/SIGINT: a control loop per ElasticPolicy, leader
     election among replicas, Events for every decision and action, metrics on /metrics.
 
@@ -74,9 +79,11 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
     allowed = tuple(tuple(shlex.split(c)) for c in nodetools) or DEFAULT_NODETOOLS
     if any(not argv for argv in allowed):
         raise ElastoreError("--nodetool needs a command, got an empty one")
+    prefixes = ((), *(tuple(shlex.split(c)) for c in exec_prefixes))
     options = OperatorOptions(metrics_port=metrics_port, metrics_addr=metrics_addr,
                               peering=peering, standalone=standalone, priority=priority,
-                              peering_lifetime_s=peering_lifetime, nodetools=allowed)
+                              peering_lifetime_s=peering_lifetime, nodetools=allowed,
+                              exec_prefixes=prefixes)
     import elastore.operator.handlers  # noqa: F401 - registers the handlers
 
     kopf.configure(verbose=False)

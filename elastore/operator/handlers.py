@@ -113,7 +113,7 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
     read = kube_reader(client)
     runner = Runner(namespace, name, PolicyApi(client), KubeActuator(client),
                     rt.model_loader(namespace), rt.telemetry,
-                    nodetools=rt.options.nodetools,
+                    nodetools=rt.options.nodetools, exec_prefixes=rt.options.exec_prefixes,
                     source=lambda spec, ns: prometheus_source(spec, ns, read))
     wake = rt.wake.setdefault((namespace, name), threading.Event())
     rt.served.add((namespace, name))

@@ -293,7 +293,8 @@ class PrometheusSource:
                                                    "not yet a measurement") from exc
         read = self.scalar("readRps", at_s)
         write = self.scalar("writeRps", at_s)
-        data = self.scalar("dataBytes", at_s)
+        # Swift's exporters have none: the operator reads the pods (NaN until then)
+        data = self.scalar("dataBytes", at_s) if self.prom.defines("dataBytes") else math.nan
         try:
             migration: float | None = self.scalar("migrationMiBps", at_s)
         except MetricsError as exc:

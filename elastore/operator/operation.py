@@ -116,12 +116,15 @@ class OperationState:
 
 
 def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: float,
-          expected_s: float, pvc_template: str | None = None) -> OperationState:
-    """One node step: scale-out adds ordinal ``current``, scale-in removes ``current - 1``."""
+          expected_s: float, pvc_template: str | None = None, store: str = "cassandra"
+          ) -> OperationState:
+    """One node step: scale-out adds ordinal ``current``, scale-in removes ``current - 1``
+    (a Swift scale-in starts by draining: :mod:`elastore.operator.swiftoperation`)."""
     if kind == "ScaleOut":
         ordinal, to, phase = current, current + 1, "Scaling"
     else:
-        ordinal, to, phase = current - 1, current - 1, "Decommissioning"
+        ordinal, to = current - 1, current - 1
+        phase = "Draining" if store == "swift" else "Decommissioning"
     pod = f"{sts}-{ordinal}"
     return OperationState(kind, current, to, pod, phase, now_s, now_s, now_s + expected_s,
                           message="started",
@@ -157,7 +160,7 @@ def allowed_replicas(op: OperationState) -> tuple[int, ...]:
     if op.kind == "ScaleOut":
         return (op.from_replicas, op.to_replicas) if op.phase == "Scaling" else \
             (op.to_replicas,)
-    if op.phase == "Decommissioning":
+    if op.phase in ("Decommissioning", "Draining", "Removing"):  # Swift's: Draining, Removing
         return (op.from_replicas,)
     if op.phase == "Scaling":
         return (op.from_replicas, op.to_replicas)

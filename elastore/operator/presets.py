@@ -55,7 +55,7 @@ class Exporter:
     read: str
     write: str
     node_latency: str
-    data: str
+    data: str | None  # None: the exporter has no bytes stored (Swift: the pods are scanned)
     fresh: str
     streaming: str | None
     source: str  # where the names come from
@@ -65,7 +65,6 @@ class Exporter:
         out = {
             "readRps": f"sum({self.read})",
             "writeRps": f"sum({self.write})",
-            "dataBytes": f"sum({self.data})",
             "freshness": f"{{by}}(timestamp({self.fresh}))",
             "interference": INTERFERENCE,
             # each node's latency weighted by its request rate (one series per node on
@@ -75,6 +74,8 @@ class Exporter:
             "nodeWriteRps": f"sum by ({{pod}}) ({self.write})",
             "nodeLatencyMs": self.node_latency,
         }
+        if self.data is not None:
+            out["dataBytes"] = f"sum({self.data})"
         if self.streaming is not None:
             out["migrationMiBps"] = f"sum({self.streaming}) / {MIB}"
             out["nodeMigrationMiBps"] = f"sum by ({{pod}}) ({self.streaming}) / {MIB}"
@@ -235,11 +236,41 @@ def _management_api() -> Exporter:
         "k8ssandra/management-api-for-apache-cassandra@dbc7629")
 
 
+def _swift_statsd() -> Exporter:
+    """``swift-statsd``: Swift's StatsD metrics (Swift's admin guide, "Reporting Metrics to
+    StatsD": ``object-server.<VERB>.timing``, ms, one per request) through Prometheus's
+    ``statsd_exporter`` with elastore's mapping (:data:`elastore.lab.swift.STATSD_MAPPING`,
+    docs/operator.md "Swift"): ``swift_server_request_seconds{server,verb}``, a histogram
+    in seconds, one exporter per storage pod. A client GET is one object server's GET; a
+    client PUT is written on every replica, so PUTs are divided by the replication factor.
+    The latency per node is the object server's own (server side: below the proxy's, which
+    adds the network and the slowest replica's write). Swift exports no bytes stored: the
+    operator reads them from the pods (``du``, :mod:`elastore.operator.swiftpods`)."""
+    name = "swift_server_request_seconds"
+
+    def rate(verb: str) -> str:
+        return (f'rate({name}_count{{{{server="object",verb="{verb}"{{selector}}}}}}'
+                "[{window}])")
+
+    return Exporter(
+        read=rate("GET"), write=f"{rate('PUT')} / {{rf}}",
+        node_latency=(f"histogram_quantile({{q}}, sum by ({{podle}}) (rate({name}_bucket"
+                      f'{{{{server="object",verb=~"GET|PUT"{{selector}}}}}}[{{window}}]))) '
+                      "* 1000"),
+        data=None,
+        fresh=f'{name}_count{{{{server="object",verb="GET"{{selector}}}}}}',
+        streaming=None,
+        source="Swift's StatsD names through statsd_exporter with elastore's mapping")
+
+
 PRESETS: dict[str, Exporter] = {
     "jmx-exporter": _jmx_lab(),
     "jmx-exporter-example": _jmx_example(),
     "instaclustr": _instaclustr(),
     "mcac": _mcac(),
     "management-api": _management_api(),
+    "swift-statsd": _swift_statsd(),
 }
 DEFAULT_PRESET = "jmx-exporter"
+#: the preset a Swift target reads when the policy names none
+SWIFT_PRESET = "swift-statsd"

@@ -30,6 +30,7 @@ period, or a short poll while an operation runs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -37,17 +38,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from elastore.actuators import swiftring
 from elastore.actuators.ports import (
     MANAGED_LABEL,
+    SWIFT_RINGS_LABEL,
     ClusterPort,
     DatacenterFacts,
     DatacenterPort,
     DriftError,
     StatefulSetFacts,
+    SwiftPort,
 )
+from elastore.actuators.swiftring import Misplaced
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
-from elastore.operator import bandwidth, calibration, control, dcoperation, operation
+from elastore.operator import (
+    bandwidth,
+    calibration,
+    control,
+    dcoperation,
+    operation,
+    swiftoperation,
+    swiftpods,
+)
 from elastore.operator import interference as hubbub
 from elastore.operator.metrics import (
     MetricsSource,
@@ -150,6 +163,9 @@ class Runner:
     source: Callable[[PolicySpec, str], MetricsSource] = prometheus_source
     #: the nodetool commands this operator may run (``elastore operator run --nodetool``)
     nodetools: tuple[tuple[str, ...], ...] = DEFAULT_NODETOOLS
+    #: the prefixes a Swift policy's commands in its pods may go through
+    #: (``elastore operator run --exec-prefix``; the empty one: none)
+    exec_prefixes: tuple[tuple[str, ...], ...] = ((),)
     #: pod -> (its identity, the stream throttle it got, MiB/s as applied): this process's
     #: own record, never the status, so a restarted operator sets every pod again
     _throttled: dict[str, tuple[str, float]] = field(default_factory=dict, init=False,
@@ -166,6 +182,9 @@ class Runner:
                                                            repr=False)
     _planning: tuple[Any, Any, ModelSet] | None = field(default=None, init=False, repr=False)
     _cal_prior: tuple[Any, Any, Any] | None = field(default=None, init=False, repr=False)
+    #: a Swift target's object partitions -> bytes of a replica, from the last look at its
+    #: pods (what a ring change moves is estimated from it)
+    _swift_sizes: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------
     def tick(self) -> float:
@@ -247,7 +266,11 @@ class Runner:
             t.spec = parse(t.body.get("spec"))
         except SpecError as exc:
             return 60.0, ("InvalidSpec", str(exc))
-        if t.spec.enforce and tuple(t.spec.target.nodetool) not in self.nodetools:
+        if t.spec.target.store == "swift":
+            refused = self._swift_port_refusal(t.spec)
+            if refused is not None:
+                return 60.0, refused
+        elif t.spec.enforce and tuple(t.spec.target.nodetool) not in self.nodetools:
             allowed = "; ".join(" ".join(c) for c in self.nodetools)
             return 60.0, ("NodetoolNotAllowed", f"spec.target.nodetool "
                           f"{list(t.spec.target.nodetool)} is not one of the commands this "
@@ -368,9 +391,16 @@ class Runner:
         if t.dc is not None:
             left = (f"spec.size stays {t.dc.size}: cass-operator carries on with it; set it "
                     "back by hand if that is not wanted")
+        elif op.kind == "ScaleOut" and t.spec is not None and t.spec.target.store == "swift":
+            left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
+                    f"{op.pod}'s device stays in the rings if it was added (the replicators "
+                    "finish moving its share)")
         elif op.kind == "ScaleOut":
             left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
                     f"{op.pod} finishes joining by itself")
+        elif op.phase in ("Draining", "Removing"):
+            left = (f"{op.pod}'s device keeps the weight it has in the rings (0 once drained: "
+                    "swift-ring-builder set_weight restores it) and its pod stays")
         elif op.phase in ("Decommissioning", "Stuck") and op.decommission_issued_s is None:
             left = f"{op.pod} was never decommissioned"
         elif op.phase in ("Decommissioning", "Stuck"):
@@ -468,6 +498,8 @@ class Runner:
                                                           control.path_steps(spec),
                                                           spec.calibration_steps),
                                spec.prediction_step_s)
+        if spec.target.store == "swift" and not math.isfinite(snap.data_bytes):
+            snap = replace(snap, data_bytes=self._swift_disk_bytes(spec, replicas))
         reading = hubbub.read(spec, lambda: source.scalar("interference", now))
         models = self.models(spec)
         learner = hubbub.learner_from_status(status)
@@ -875,7 +907,8 @@ class Runner:
             spec.node_overhead_s)
         # started when it starts: the tick may have waited on the cluster since t.now
         new = operation.start(kind, spec.target.name, sts.spec_replicas,
-                              max(t.now, self.clock()), expected, sts.pvc_template)
+                              max(t.now, self.clock()), expected, sts.pvc_template,
+                              spec.target.store)
         t.cond(_scaling(kind), True, f"{kind}Started",
                f"{sts.spec_replicas} -> {new.to_replicas}: {new.pod}")
         t.out["operation"] = new.to_status()
@@ -990,9 +1023,8 @@ class Runner:
                 step_to: int | None = None, reader: str = "") -> str | None:
         """Why a node step (or a datacenter's step to ``step_to``) may not start (None: it
         may). A scale-in reads the ring."""
-        if spec.target.store != "cassandra":
-            return (f"store {spec.target.store}: this version forecasts and recommends for it "
-                    "but acts only on Cassandra (its ring actuator is not built yet)")
+        if spec.target.store == "swift":
+            return self._swift_refusal(spec, sts, kind)
         if step_to is not None:
             return self._refuse_dc(spec, sts, kind, step_to, reader)
         if kind == "ScaleOut":
@@ -1043,6 +1075,8 @@ class Runner:
         carry out its effect. Updates ``t.out["operation"]``."""
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
+        if spec.target.store == "swift":
+            return self._advance_swift(t, op)
         exists, ready = self.kube.pod(self.namespace, op.pod)
         mode = self.kube.node_mode(self.namespace, op.pod, spec.target.container,
                                    spec.target.nodetool) if exists else None
@@ -1104,5 +1138,218 @@ class Runner:
         elif effect == "delete-pvc" and new.pvc:
             self.kube.delete_pvc(self.namespace, new.pvc)
         t.cond(_scaling(op.kind), not done, f"{op.kind}{new.phase}", new.message)
+        t.out["operation"] = None if done else new.to_status()
+        return new, done
+
+    # -- Swift ---------------------------------------------------------------------------------
+    def _swift_port_refusal(self, spec: PolicySpec) -> tuple[str, str] | None:
+        """Why this operator cannot work a Swift target at all (None: it can)."""
+        if not isinstance(self.kube, SwiftPort):
+            return ("TargetNotSupported", "this operator's cluster port cannot read Swift "
+                                          "pods and rings")
+        prefix = tuple(spec.target.swift.exec_prefix)
+        if prefix not in self.exec_prefixes:
+            allowed = "; ".join(" ".join(c) or "(none)" for c in self.exec_prefixes)
+            return ("ExecPrefixNotAllowed", f"spec.target.swift.execPrefix {list(prefix)} is "
+                    f"not one this operator allows ({allowed}; `elastore operator run "
+                    "--exec-prefix`): nothing is done")
+        return None
+
+    def _swift_pods(self, spec: PolicySpec, replicas: int) -> list[str]:
+        return [f"{spec.target.name}-{k}" for k in range(replicas)]
+
+    def _swift_disk_bytes(self, spec: PolicySpec, replicas: int) -> float:
+        """The bytes on the target's devices, read in its pods (Swift's exporters have no
+        such metric): a pod that cannot be read is ``MetricsMissing``, never 0."""
+        assert isinstance(self.kube, SwiftPort)
+        try:
+            return swiftpods.disk_bytes(self.kube, spec, self.namespace,
+                                        self._swift_pods(spec, replicas))
+        except ElastoreError as exc:
+            raise MetricsError("MetricsMissing", f"dataBytes: the Swift pods' devices could "
+                                                 f"not be read: {exc}") from exc
+
+    def _swift_rings(self, spec: PolicySpec) -> tuple[str, swiftring.RingFiles]:
+        assert isinstance(self.kube, SwiftPort) and spec.target.swift.ring_configmap
+        name = spec.target.swift.ring_configmap
+        rv, files, labels = self.kube.read_files(self.namespace, name)
+        if labels.get(SWIFT_RINGS_LABEL) != "true":
+            raise ElastoreError(f"ConfigMap {self.namespace}/{name} is not labelled "
+                                f"{SWIFT_RINGS_LABEL}=true: the operator changes rings only "
+                                "where their owner said it may")
+        return rv, swiftring.RingFiles(files)
+
+    def _swift_refusal(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str
+                       ) -> str | None:
+        """Why a Swift node step may not start: the bounds, the rings readable, and for a
+        scale-in enough pods left for the rings' replicas and no earlier change still
+        moving data (a second change then could move a partition's last good copy)."""
+        if kind == "ScaleOut" and sts.spec_replicas + 1 > spec.max_replicas:
+            return f"replicas.max is {spec.max_replicas}"
+        floor = max(spec.min_replicas, spec.target.replication_factor)
+        if kind == "ScaleIn" and sts.spec_replicas - 1 < floor:
+            return (f"never below max(replicas.min, replicationFactor) = {floor} "
+                    f"(now {sts.spec_replicas})")
+        if sts.ready_replicas < sts.spec_replicas:
+            return f"only {sts.ready_replicas} of {sts.spec_replicas} pods are ready"
+        assert isinstance(self.kube, SwiftPort)
+        try:
+            _, rings = self._swift_rings(spec)
+            replicas = rings.replicas()
+            if kind == "ScaleOut":
+                return None
+            if sts.spec_replicas - 1 < replicas:
+                return (f"the rings keep {replicas:g} replicas: {sts.spec_replicas - 1} "
+                        "pods cannot hold them apart")
+            view = swiftpods.observe(self.kube, spec, self.namespace,
+                                     self._swift_pods(spec, sts.spec_replicas), rings)
+        except ElastoreError as exc:
+            return f"the rings or the pods could not be read: {exc}"
+        if view.lagging:
+            return f"{', '.join(view.lagging)} do not have the current rings yet"
+        if view.progress is None:
+            return view.why
+        busy = [k for k, m in view.progress.items() if not m.done]
+        if busy:
+            return f"an earlier ring change is still moving data ({', '.join(busy)})"
+        return None
+
+    def _swift_facts(self, t: _Tick, op: operation.OperationState) -> swiftoperation.SwiftFacts:
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None and isinstance(self.kube, SwiftPort)
+        exists, ready = self.kube.pod(self.namespace, op.pod)
+        ip = self.kube.pod_ip(self.namespace, op.pod) if exists else None
+        cleanup = bool(op.pvc) and op.phase == "Cleanup"
+        pvc = self.kube.pvc_exists(self.namespace, op.pvc) if cleanup and op.pvc else None
+        marked = bool(pvc) and op.pvc is not None and self.kube.pvc_marked(self.namespace,
+                                                                           op.pvc)
+        weight = parts = None
+        lagging: tuple[str, ...] | None = None
+        progress: dict[str, Misplaced] | None = None
+        why = ""
+        if op.phase in ("Joining", "Draining", "Removing"):
+            try:
+                _, rings = self._swift_rings(spec)
+                dev = None if ip is None else \
+                    rings.table("object").get(f"{ip}/{spec.target.swift.device}")
+                if dev is not None:
+                    weight, parts = dev
+                n = op.to_replicas if op.kind == "ScaleOut" else op.from_replicas
+                view = swiftpods.observe(self.kube, spec, self.namespace,
+                                         self._swift_pods(spec, n), rings)
+                lagging, progress, why = view.lagging, view.progress, view.why
+                self._swift_sizes = view.sizes
+                t.out["swift"] = {"diskBytes": view.disk_bytes, "laggingPods": list(lagging),
+                                  "outOfPlace": None if progress is None else {
+                                      k: {"handoffs": m.handoffs, "missing": m.missing,
+                                          "handoffBytes": m.handoff_bytes}
+                                      for k, m in progress.items()}}
+            except ElastoreError as exc:
+                why = str(exc)
+        return swiftoperation.SwiftFacts(sts.spec_replicas, exists, ready, ip, weight, parts,
+                                         lagging, progress, why, pvc, marked)
+
+    def _ring_change(self, t: _Tick, op: operation.OperationState, effect: str
+                     ) -> operation.OperationState:
+        """Carry out a ring effect on the ConfigMap (read, change a copy, rebalance, write
+        it back only if nobody wrote it meanwhile), and re-estimate the operation's end by
+        the migration-time model from what the change moves."""
+        spec = t.spec
+        assert spec is not None and isinstance(self.kube, SwiftPort)
+        sw = spec.target.swift
+        assert sw.ring_configmap
+        ip = self.kube.pod_ip(self.namespace, op.pod)
+        if ip is None:
+            raise ElastoreError(f"{op.pod} has no IP: its device cannot be found in the rings")
+        zone = int(op.pod.rsplit("-", 1)[1]) + 1
+        rv, rings = self._swift_rings(spec)
+        if not self._swift_sizes:  # what the partitions weigh: a look before the change
+            with contextlib.suppress(ElastoreError):
+                self._swift_sizes = swiftpods.observe(
+                    self.kube, spec, self.namespace,
+                    self._swift_pods(spec, max(op.from_replicas, op.to_replicas)), rings).sizes
+
+        op_name = {"ring-add": "add", "ring-drain": "weight", "ring-remove": "remove"}[effect]
+        new, rebalanced = rings.change([{"op": op_name, "ip": ip, "device": sw.device,
+                                         "zone": zone,
+                                         "weight": sw.weight if effect == "ring-add" else 0}])
+        self.kube.write_files(self.namespace, sw.ring_configmap, rv, dict(new.files))
+        moved = swiftring.moves(rings.assignment("object"), new.assignment("object"),
+                                self._swift_sizes)
+        rate = t.out.get("migrationMiBps", t.status.get("migrationMiBps"))
+        mibps = float(rate) if rate is not None else spec.min_migration_mibps
+        secs = moved.seconds(mibps, spec.node_overhead_s)
+        what = ", ".join(f"{r.kind} {r.reassigned}" for r in rebalanced)
+        msg = (f"{op.message}; rings changed (partition replicas reassigned: {what}); "
+               f"{moved.total_bytes / 2**20:.1f} MiB to move, the busiest node "
+               f"{max(moved.max_send_bytes, moved.max_receive_bytes) / 2**20:.1f} MiB at "
+               f"{mibps:g} MiB/s: expected {secs:.0f} s")
+        self.policies.event(t.body, "RingChanged", msg[:1000])
+        now = max(t.now, self.clock())
+        deadline = now + operation.DEADLINE_FACTOR * secs + operation.DEADLINE_MARGIN_S
+        return replace(op, message=msg, expected_end_s=now + secs,
+                       deadline_s=max(op.deadline_s or 0.0, deadline))
+
+    def _advance_swift(self, t: _Tick, op: operation.OperationState
+                       ) -> tuple[operation.OperationState, bool]:
+        """One step of a Swift node step (:mod:`elastore.operator.swiftoperation`): observe,
+        decide (pure), write the state, then carry out its effect."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        ctype = _scaling(op.kind)
+        try:
+            facts = self._swift_facts(t, op)
+            new, effect, done = swiftoperation.advance(op, facts, t.now, spec.pvc_policy)
+        except ElastoreError as exc:
+            t.cond(ctype, True, "Stuck", str(exc))
+            self.policies.event(t.body, "OperationStuck", str(exc), warning=True)
+            t.out["operation"] = op.to_status()
+            return op, False
+        if effect == "stuck" or new.phase == "Stuck":
+            if effect == "stuck":
+                self.policies.event(t.body, "OperationStuck", new.message, warning=True)
+                self.policies.patch_status(self.namespace, self.name,
+                                           {"operation": new.to_status()})
+            t.cond(ctype, True, "Stuck", new.message)
+            t.out["operation"] = new.to_status()
+            return new, False
+        if effect == "conflict":
+            t.blocked = ("Drift", new.message)
+            self._conflict(t)
+            t.cond(ctype, True, "Blocked", new.message)
+            t.out["operation"] = new.to_status()
+            return new, False
+        t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
+        if new.phase != op.phase:
+            self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
+        # the state first, then the effect: every effect is idempotent given the facts (a
+        # device already in the rings is not added again; a weight already 0 stays 0)
+        self.policies.patch_status(self.namespace, self.name,
+                                   {"operation": None if done else new.to_status()})
+        if op.phase in swiftoperation.BEFORE_SCALING and new.phase == "Scaling" and new.pvc:
+            # the evidence a later PVC deletion trusts: its data seen gone, by this loop
+            self.kube.mark_pvc(self.namespace, new.pvc, f"{self.name}@{iso(t.now)}")
+        try:
+            if effect == "scale":
+                self.kube.scale(self.namespace, spec.target.name, new.to_replicas,
+                                expect=op.from_replicas)
+            elif effect in ("ring-add", "ring-drain", "ring-remove"):
+                new = self._ring_change(t, new, effect)
+                self.policies.patch_status(self.namespace, self.name,
+                                           {"operation": new.to_status()})
+            elif effect == "delete-pvc" and new.pvc:
+                self.kube.delete_pvc(self.namespace, new.pvc)
+        except DriftError as exc:
+            t.blocked = ("Drift", str(exc))
+            self._conflict(t)
+            t.out["operation"] = new.to_status()
+            return new, False
+        except ElastoreError as exc:  # a ring change that failed: said, retried next tick
+            msg = f"{effect} failed (retried): {exc}"
+            t.cond(ctype, True, f"{op.kind}{new.phase}", msg[:1000])
+            self.policies.event(t.body, "RingChangeFailed", msg[:1000], warning=True)
+            t.out["operation"] = new.to_status()
+            return new, False
+        t.cond(ctype, not done, f"{op.kind}{new.phase}", new.message[:1000])
         t.out["operation"] = None if done else new.to_status()
         return new, done

@@ -34,6 +34,9 @@ class OperatorOptions:
     #: the nodetool commands a policy may name (``spec.target.nodetool``), as argv: the
     #: operator's installer chooses them, a policy's author only picks one
     nodetools: tuple[tuple[str, ...], ...] = DEFAULT_NODETOOLS
+    #: the prefixes a Swift policy's commands may go through (``spec.target.swift.
+    #: execPrefix``); the empty one is always allowed
+    exec_prefixes: tuple[tuple[str, ...], ...] = ((),)
     metrics_addr: str = "0.0.0.0"
     peering: str = "elastore"  # the ClusterKopfPeering the replicas share
     standalone: bool = False  # no leader election (one replica only)

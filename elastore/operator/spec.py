@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastore.errors import ElastoreError, MetricsError
-from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES
+from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, SWIFT_PRESET
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
 
@@ -42,9 +42,11 @@ OPTIONAL_QUERIES: tuple[str, ...] = ()
 
 #: the ports BwMan tells a store's client traffic from its storage traffic by, per store
 #: (``spec.bandwidth.clientPorts`` / ``storagePorts`` when absent): Cassandra's native
-#: protocol; its inter-node messaging and streaming, plain and TLS. Swift has none built in.
+#: protocol; its inter-node messaging and streaming, plain and TLS. Swift: the object,
+#: container and account servers the proxy calls; the replicators' rsync (their data path).
 DEFAULT_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cassandra": ((9042,), (7000, 7001)),
+    "swift": ((6200, 6201, 6202), (873,)),
 }
 #: ``spec.bandwidth.nodeMbit`` must exceed this: BwMan keeps a gossip margin for the storage
 #: class and a floor for the clients (:class:`~elastore.planner.bwman.BwManConfig`)
@@ -79,6 +81,24 @@ DATACENTER_PRESET = "management-api"
 
 
 @dataclass(frozen=True)
+class SwiftTarget:
+    """``spec.target.swift``: where a Swift StatefulSet keeps its rings and devices. The
+    rings are a ConfigMap's files (``<kind>.builder`` or ``.builder.gz`` and
+    ``<kind>.ring.gz``) that every pod mounts at ``ring_dir``; the operator changes them.
+    Each pod has one device, ``device`` under ``devices_dir``, put in the rings at the
+    pod's IP with ``weight`` (zone: the pod's ordinal + 1)."""
+
+    ring_configmap: str | None = None
+    ring_dir: str = "/etc/swift"
+    devices_dir: str = "/srv/node"
+    device: str = "d1"
+    weight: float = 100.0
+    #: a command the operator's commands in the pods go through (``elastore operator run
+    #: --exec-prefix`` must allow it; empty: run as they are)
+    exec_prefix: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Target:
     name: str
     replication_factor: int
@@ -86,6 +106,7 @@ class Target:
     store: str = "cassandra"
     container: str = "cassandra"
     nodetool: tuple[str, ...] = ("nodetool",)
+    swift: SwiftTarget = SwiftTarget()
 
 
 @dataclass(frozen=True)
@@ -166,6 +187,10 @@ class Prometheus:
         if self.selector:
             parts.append(self.selector)
         return ",".join(parts)
+
+    def defines(self, name: str) -> bool:
+        """Whether ``name`` has a query (the spec's own or the preset's)."""
+        return name in self.queries or name in PRESETS[self.preset].queries()
 
     def query(self, name: str, namespace: str, target: str) -> str:
         """The PromQL for ``name``: the spec's own, else the preset's, scoped to the
@@ -298,6 +323,43 @@ def _ports(v: Any, where: str) -> tuple[int, ...]:
     return tuple(v)
 
 
+_PATH = re.compile(r"^/[A-Za-z0-9_./-]{0,255}$")
+_DEVICE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def _swift(w: Any, store: str) -> SwiftTarget:
+    """``spec.target.swift`` (only for ``store: swift``). Paths and the device are words,
+    never a shell line: the operator passes them as arguments of the commands it runs in
+    the pods."""
+    if w is None:
+        return SwiftTarget()
+    if not isinstance(w, dict):
+        raise SpecError("must be an object", "spec.target.swift")
+    if store != "swift":
+        raise SpecError("is for store: swift", "spec.target.swift")
+    cm = w.get("ringConfigMap")
+    if cm is not None and (not isinstance(cm, str) or not _NAME.match(cm) or len(cm) > 253):
+        raise SpecError(f"not a ConfigMap name: {cm!r}", "spec.target.swift.ringConfigMap")
+    out: dict[str, Any] = {}
+    for key, attr in (("ringDir", "ring_dir"), ("devicesDir", "devices_dir")):
+        v = w.get(key, getattr(SwiftTarget, attr))
+        if not isinstance(v, str) or not _PATH.match(v) or ".." in v.split("/"):
+            raise SpecError(f"must be an absolute path of letters, digits and _ . / - "
+                            f"(no ..), got {v!r}", f"spec.target.swift.{key}")
+        out[attr] = v.rstrip("/") or "/"
+    device = w.get("device", "d1")
+    if not isinstance(device, str) or not _DEVICE.match(device) or device in (".", ".."):
+        raise SpecError(f"not a device name: {device!r}", "spec.target.swift.device")
+    weight = _num(w.get("weight", 100), "spec.target.swift.weight", 0, 1e6, lo_open=True)
+    prefix = w.get("execPrefix", [])
+    if not isinstance(prefix, list) or len(prefix) > 4 or not all(
+            isinstance(x, str) and _ARG.match(x) for x in prefix):
+        raise SpecError("must be 0 to 4 words of letters, digits and _ . / + - (a command, "
+                        "not a shell line)", "spec.target.swift.execPrefix")
+    return SwiftTarget(ring_configmap=cm, device=device, weight=weight,
+                       exec_prefix=tuple(prefix), **out)
+
+
 def _bandwidth(b: Any, store: str) -> tuple[float | None, tuple[int, ...], tuple[int, ...]]:
     """``spec.bandwidth``: the link total per node (None: no split) and the ports that tell
     client from storage traffic (the store's defaults when absent)."""
@@ -407,7 +469,8 @@ def parse(spec: Any) -> PolicySpec:
             isinstance(x, str) and _ARG.match(x) for x in nodetool):
         raise SpecError("must be 1 to 4 words of letters, digits and _ . / + - (a command, "
                         "not a shell line)", "spec.target.nodetool")
-    container = t.get("container", "cassandra")
+    store = _enum(t.get("store", "cassandra"), ("cassandra", "swift"), "spec.target.store")
+    container = t.get("container", store)
     if not isinstance(container, str) or not _CONTAINER.match(container):
         raise SpecError(f"not a container name: {container!r}", "spec.target.container")
     if not _NAME.match(name) or len(name) > 253:
@@ -415,8 +478,8 @@ def parse(spec: Any) -> PolicySpec:
     target = Target(
         name=name, replication_factor=rf,
         kind=_enum(t.get("kind", "StatefulSet"), TARGET_KINDS, "spec.target.kind"),
-        store=_enum(t.get("store", "cassandra"), ("cassandra", "swift"), "spec.target.store"),
-        container=container, nodetool=tuple(nodetool))
+        store=store, container=container, nodetool=tuple(nodetool),
+        swift=_swift(t.get("swift"), store))
     if target.kind == DATACENTER and target.store != "cassandra":
         raise SpecError("a CassandraDatacenter is a Cassandra store", "spec.target.store")
     r = spec.get("replicas")
@@ -522,10 +585,15 @@ def parse(spec: Any) -> PolicySpec:
                           pod_label=_label(p, "podLabel", "pod"), percentile=pct,
                           replication_factor=rf,
                           preset=_enum(p.get("preset", DATACENTER_PRESET
-                                             if target.kind == DATACENTER else DEFAULT_PRESET),
+                                             if target.kind == DATACENTER else SWIFT_PRESET
+                                             if target.store == "swift" else DEFAULT_PRESET),
                                        tuple(PRESETS), "spec.metrics.prometheus.preset"),
                           target_kind=target.kind,
                           auth=_auth(p, url))
+    if mode == "Enforce" and target.store == "swift" and not target.swift.ring_configmap:
+        raise SpecError("mode Enforce on Swift needs the ConfigMap the pods read their rings "
+                        "from (the operator changes the rings there)",
+                        "spec.target.swift.ringConfigMap")
     if mode == "Enforce" and prom is None:
         raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "
                         "evidence", "spec.metrics")

@@ -1,0 +1,181 @@
+"""A Swift node step as a state machine. Pure: :func:`advance` reads :class:`SwiftFacts` and
+returns the next state and at most one effect, like :mod:`elastore.operator.operation` for
+Cassandra (whose :class:`~elastore.operator.operation.OperationState`, identity checks,
+drift rule and deadline it shares).
+
+Swift has no join or decommission of its own: a node's share is its device's weight in the
+rings, and the replicators move data after every ring change. The rings live in a
+ConfigMap that every Swift pod mounts (``spec.target.swift.ringConfigMap``: the pods read
+their rings from it, the operator writes it); a change reaches a pod when the kubelet
+refreshes the volume, and the operator checks each pod's ring files (md5) before it counts
+on the change.
+
+Scale-out: ``Scaling`` (replicas + 1, until the pod is ready with an IP) -> ``Joining``
+(its device added to every ring and a rebalance: effect ``ring-add``; then until every pod
+has the new rings and nothing is out of place on any device).
+
+Scale-in: ``Draining`` (its device's weight 0 and a rebalance: ``ring-drain``; until every
+pod has the rings, nothing is out of place and the ring assigns it no partition) ->
+``Removing`` (its device out of the rings: ``ring-remove``; until every pod has them) ->
+``Scaling`` (replicas - 1, until the pod is gone) -> ``Cleanup`` (the PVC per policy).
+
+Every ring change moves at most one replica of a partition (the rings' ``min_part_hours``
+is declared passed once per change, and a change is made only when the previous one has
+finished moving): the other replicas keep serving it while it moves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from elastore.actuators.swiftring import Misplaced
+from elastore.errors import ElastoreError
+from elastore.operator.operation import OperationState, allowed_replicas
+from elastore.operator.status import iso
+
+Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "delete-pvc",
+                 "conflict", "stuck"]
+#: the phases in which a scale-in has not lowered the replicas yet
+BEFORE_SCALING = ("Draining", "Removing")
+
+
+@dataclass(frozen=True)
+class SwiftFacts:
+    """What the loop observed this tick for a Swift node step."""
+
+    spec_replicas: int
+    pod_exists: bool  # the operation's pod
+    pod_ready: bool
+    pod_ip: str | None
+    #: the pod's device in the rings (the ConfigMap's object builder): weight and
+    #: partitions; None when it is not in them
+    weight: float | None
+    partitions: int | None
+    #: pods whose ring files are not yet the ConfigMap's; None: not known (said in ``why``)
+    lagging: tuple[str, ...] | None
+    #: what is out of place on the pods' devices against the ConfigMap's rings; None: not
+    #: known (``why``)
+    progress: dict[str, Misplaced] | None
+    why: str = ""
+    pvc_exists: bool | None = None
+    pvc_marked: bool = False
+
+
+def _progress_text(progress: dict[str, Misplaced]) -> str:
+    parts = []
+    for kind, m in progress.items():
+        if not m.done:
+            parts.append(f"{kind}: {m.handoffs} partition(s) on handoffs "
+                         f"({m.handoff_bytes / 2**20:.1f} MiB), {m.missing} missing on "
+                         "their primaries")
+    return "; ".join(parts)
+
+
+def _settled(facts: SwiftFacts) -> str | None:
+    """Why the last ring change is not finished (None: every pod has it and nothing is out
+    of place)."""
+    if facts.lagging is None:
+        return f"the pods' rings are not known: {facts.why}"
+    if facts.lagging:
+        return (f"waiting for the new rings to reach {', '.join(facts.lagging)} (the kubelet "
+                "refreshes a ConfigMap volume within about a minute)")
+    if facts.progress is None:
+        return f"what is out of place is not known: {facts.why}"
+    if not all(m.done for m in facts.progress.values()):
+        return f"replicating: {_progress_text(facts.progress)}"
+    return None
+
+
+def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str = "Retain"
+            ) -> tuple[OperationState, Effect, bool]:
+    """The next state, the effect to carry out now, and whether the operation is done."""
+    def at(phase: str, message: str, **kw: Any) -> OperationState:
+        return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
+
+    if op.phase == "Stuck":  # a human decides (elastore.io/abort, or the status)
+        return op, "none", False
+    allowed = allowed_replicas(op)
+    if facts.spec_replicas not in allowed:
+        want = " or ".join(map(str, allowed))
+        return at(op.phase, f"drift: the StatefulSet has {facts.spec_replicas} replicas, this "
+                            f"{op.kind} {op.from_replicas} -> {op.to_replicas} in phase "
+                            f"{op.phase} expects {want}; touching nothing until it is back "
+                            "or the operation is aborted"), "conflict", False
+    if op.deadline_s is not None and now_s > op.deadline_s:
+        return at("Stuck", f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its "
+                           f"deadline {iso(op.deadline_s)} in phase {op.phase} "
+                           f"({op.message}); no further step"), "stuck", False
+    if op.kind == "ScaleOut":
+        if op.phase == "Scaling":
+            if facts.spec_replicas < op.to_replicas:
+                return at("Scaling", f"setting replicas to {op.to_replicas}"), "scale", False
+            if facts.pod_exists and facts.pod_ready and facts.pod_ip:
+                return at("Joining", f"{op.pod} is ready at {facts.pod_ip}; adding its "
+                                     "device to the rings"), "ring-add", False
+            return at("Scaling", f"waiting for {op.pod} to be ready"), "none", False
+        if op.phase == "Joining":
+            if facts.weight is None:
+                if not (facts.pod_exists and facts.pod_ip):
+                    return at("Joining", f"waiting for {op.pod} (not running) to add its "
+                                         "device"), "none", False
+                return at("Joining", f"adding {op.pod}'s device to the rings"), "ring-add", \
+                    False
+            wait = _settled(facts)
+            if wait is not None:
+                return at("Joining", wait), "none", False
+            return at("Done", f"{op.pod} holds its {facts.partitions} partition(s): "
+                              "replication finished"), "none", True
+    else:
+        if op.phase == "Draining":
+            if not facts.pod_exists:
+                raise ElastoreError(f"{op.pod} disappeared while it was being drained "
+                                    "(before its data left it): not lowering replicas blind")
+            if facts.weight is not None and facts.weight > 0:
+                return at("Draining", f"draining {op.pod}: its device's weight to 0 and a "
+                                      "rebalance"), "ring-drain", False
+            wait = _settled(facts)
+            if wait is not None:
+                return at("Draining", wait), "none", False
+            if facts.weight is not None and (facts.partitions or 0) > 0:
+                # one rebalance moves one replica of a partition: the rest go in another
+                return at("Draining", f"{op.pod} still has {facts.partitions} partition(s) "
+                                      "assigned; rebalancing again"), "ring-drain", False
+            if facts.weight is None:
+                return at("Scaling", f"{op.pod} is out of the rings and nothing is out of "
+                                     f"place; lowering replicas to {op.to_replicas}"), \
+                    "scale", False
+            return at("Removing", f"{op.pod} is drained; removing its device from the "
+                                  "rings"), "ring-remove", False
+        if op.phase == "Removing":
+            if facts.weight is not None:
+                return at("Removing", f"removing {op.pod}'s device from the rings"), \
+                    "ring-remove", False
+            if facts.lagging is None:
+                return at("Removing", f"the pods' rings are not known: {facts.why}"), \
+                    "none", False
+            if facts.lagging:
+                return at("Removing", "waiting for the new rings to reach "
+                                      f"{', '.join(facts.lagging)}"), "none", False
+            return at("Scaling", f"{op.pod} is out of the rings; lowering replicas to "
+                                 f"{op.to_replicas}"), "scale", False
+        if op.phase == "Scaling":
+            if facts.spec_replicas > op.to_replicas:
+                return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
+            if facts.pod_exists:
+                return at("Scaling", f"waiting for {op.pod} to go"), "none", False
+            return at("Cleanup", f"{op.pod} is gone"), "none", False
+        if op.phase == "Cleanup":
+            if pvc_policy == "Delete" and op.pvc and facts.pvc_exists:
+                if facts.pvc_marked:
+                    return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
+                return at("Done", f"{op.pod} removed; PVC {op.pvc} retained: it carries no "
+                                  "mark that its data left it"), "none", True
+            kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
+            return at("Done", f"{op.pod} removed{kept}"), "none", True
+    raise ElastoreError(f"Swift operation {op.kind} in unknown phase {op.phase!r}")
+
+
+def start_phase(kind: str) -> str:
+    """The first phase of a Swift node step."""
+    return "Scaling" if kind == "ScaleOut" else "Draining"
