@@ -11,8 +11,15 @@ more SLO violations than the prior alone would have let through (issue 18).
   fit`` finds the capacity per server at the SLO from it. Only
   those conditions: the replay observes only them (the other axes stay the prior's shape),
   and a whole sweep takes 40 min.
-* The same neighbours for both: the operator runs through the sweep (the prior's policy
-  ticking) as through the day, the test reads status in-process every 2 s (not with
+* How far apart the two borders fall, run to run, on this 2-core box: one window's p95 at
+  one load strays 10-140 ms, and the sweep's border moved from 65.5 to 138.3 req/s per
+  server across CI runs while the learner ended at 73.7-79.4. Fed the sweeps' own 10-s
+  windows offline, the learner's estimator gives what `models fit` gives within 15 % (91.0
+  against 90.3; 119.3 against 138.3): the gap is between the sweep and the day (see
+  :data:`WINDOWS_PER_HOUR`), which this test keeps as alike as it can.
+* The same neighbours for both: the operator runs through the sweep (both policies
+  ticking; the learning one is then deleted with its model and created afresh for the
+  day) as through the day, the test reads status in-process every 2 s (not with
   kubectl processes), and the store idles :data:`COOL_S` after the sweep's overload. In
   the CI run before these, the day's windows fitted 54.5 req/s per server where the sweep
   had found 81.9 (three kubectl runs a second during the day only, and a day begun on the
@@ -91,14 +98,23 @@ HEADROOM = 0.1
 HOUR_S = 10.0  # replay seconds per trace hour
 PEAK_SHARE = 1.1  # the trace's peak per server (3 servers), of the fitted border
 PRIOR_SCALE = 0.5  # the CRD's default for the built-in prior
-# cluster requests/s, geometric: the border lies anywhere in it on machines 4x apart
-SWEEP_LOADS = (30, 45, 65, 95, 140, 200, 290, 420, 600)
+# cluster requests/s, geometric: 22 to 200 req/s per server, where five CI runs put the
+# border at 65-138 (the two lowest loads of earlier versions, 10 and 15 per server, cost 2
+# min for p95s of 5-25 ms that fix nothing about the border)
+SWEEP_LOADS = (65, 95, 140, 200, 290, 420, 600)
 #: the latency the learner reads is the load generator's p95 over 10 s; the sweep's windows
 #: are 10 s too (a p95 over 10 s holds the worst moments of 5-s ones: on this lab the same
 #: day fitted 100 req/s per server on 2.5-s windows where the learner, on 10-s ones, found
 #: 77), and 5 kept per load (models fit needs 30)
 WINDOW_S, POINT_S = 10, 60
 COOL_S = 60  # idle between the sweep's overload and the day
+#: the day's load steps: one per trace hour (10 s), so that the learner's 10-s windows
+#: meet one load, as the sweep's do. With four (a new rate every 2.5 s) two CI runs learned
+#: 79.4 and 79.2 req/s per server online where the learner's own estimator, fed the
+#: sweep's 10-s windows offline, gives 119 and 91 (and the day's 2.5-s windows 98 and
+#: 106): a 10-s window's p95 over four rates, paired with their mean, is likely the worst
+#: rate's (latency is convex in load), which reads as a lower border.
+WINDOWS_PER_HOUR = 1
 def _mean_per_node(scope: str) -> str:
     """Every pod's series holds the cluster's mean load per node (over the latency's 10 s;
     2-s scrapes: 5 samples), not the default 1 min: at 10 s per trace hour a minute is six
@@ -185,32 +201,45 @@ def _run_cli(args: list[str], lab_dir: Path, log: Path, timeout_s: float) -> Non
                                 f"{log.read_text()[-3000:]}"
 
 
-def _sweep_and_fit(root: Path, lab_dir: Path, keys: Path) -> tuple[float, float]:
-    """The reference border: a sweep of this lab at the trace's read ratio, over the
-    trace's own keys and their popularity (``--keys-from``), fitted. The border is a
-    request mix's: with the sweep's default 4000 Zipf keys one run fitted 33.9 req/s per
-    server while the day's 631 pages (top 100: 45 % of requests) stayed within the SLO at
-    37. The store warms up for minutes (JIT, caches): 90 s of warm-up first. Windows of
-    the learner's 10 s (:data:`WINDOW_S`)."""
-    samples = root / "sweep.csv"
+def _sweep(root: Path, lab_dir: Path, keys: Path, name: str, loads: list[float],
+           point_s: int, warmup_s: int) -> Path:
+    """A sweep of this lab at the trace's read ratio, over the trace's own keys and their
+    popularity (``--keys-from``). The border is a request mix's: with the sweep's default
+    4000 Zipf keys one run fitted 33.9 req/s per server while the day's 631 pages (top 100:
+    45 % of requests) stayed within the SLO at 37. Windows of the learner's 10 s
+    (:data:`WINDOW_S`)."""
+    samples = root / f"{name}.csv"
     _run_cli(["lab", "profile", "--out", str(samples), "--keys-from", str(keys),
-              "--loads", ",".join(str(x) for x in SWEEP_LOADS), "--read-ratios", "0.95",
+              "--loads", ",".join(f"{x:g}" for x in loads), "--read-ratios", "0.95",
               "--migrations", "0", "--interference", "0", "--point-seconds",
-              str(POINT_S), "--window-seconds", str(WINDOW_S), "--bulk-rows", "0",
-              "--warmup-seconds", "90",
+              str(point_s), "--window-seconds", str(WINDOW_S), "--bulk-rows", "0",
+              "--warmup-seconds", str(warmup_s),
               "--stop-above-ms", str(2 * SLO_MS)],
-             lab_dir, root / "sweep.log", 900)
-    model = root / "fit.json"
+             lab_dir, root / f"{name}.log", 900)
+    return samples
+
+
+def _fit(root: Path, parts: list[Path], name: str) -> tuple[float, float]:
+    """``elastore models fit`` on the sweeps' windows together: the border per server at
+    the SLO, and the read ratio it is at."""
+    rows: list[dict[str, str]] = []
+    for part in parts:
+        with part.open() as fh:
+            rows.extend(csv.DictReader(fh))
+    samples = root / f"{name}.csv"
+    with samples.open("w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)
+    model = root / f"{name}.json"
     _run_cli(["models", "fit", "--samples", str(samples), "--slo-ms", str(SLO_MS),
-              "-o", str(model)], lab_dir, root / "fit.log", 300)
+              "-o", str(model)], root / "lab", root / f"{name}.log", 300)
     cap = ModelSet.load(model).capacity
-    with samples.open() as fh:
-        rows = list(csv.DictReader(fh))
     ratio = sum(float(r["read_rps"]) for r in rows) / sum(
         float(r["read_rps"]) + float(r["write_rps"]) for r in rows)
     fitted = float(cap.capacity(ratio))
     top = max(float(r["read_rps"]) + float(r["write_rps"]) for r in rows)
-    print(f"sweep: {len(rows)} windows up to {top:.0f} req/s per server; the fitted border "
+    print(f"{name}: {len(rows)} windows up to {top:.0f} req/s per server; the fitted border "
           f"at p95 <= {SLO_MS:g} ms: {fitted:.1f} req/s per server (read ratio {ratio:.3f})")
     assert 0 < fitted < top, f"the sweep did not cross the {SLO_MS} ms border: {fitted}"
     return fitted, ratio
@@ -273,14 +302,23 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             PRIOR, NS, STS,
             capacityModel={"configMapRef": {"name": "prior-model"}, "learn": False},
             **common))
+        cp.kubectl("apply", "-f", "-", stdin=policy(LEARN, NS, STS, **common))
         keys, _ = trace_workload(shared_dir, root / "keys.json", hour_s=HOUR_S)
-        fitted, ratio = _sweep_and_fit(root, lab_dir, keys)
+        # the store warms up for minutes (JIT, caches): 90 s of warm-up first
+        before = _sweep(root, lab_dir, keys, "sweep", list(SWEEP_LOADS), POINT_S, 90)
+        fitted, ratio = _fit(root, [before], "fit")
         # the sweep ends far past the border (p95 up to seconds): its queues, hints and
         # flushes drain before the day starts, or the day's first minutes measure them
         print(f"cooling down {COOL_S} s after the sweep")
         time.sleep(COOL_S)
         peak = round(3 * PEAK_SHARE * fitted, 1)
-        wl, _ = trace_workload(shared_dir, root / "wl.json", peak=peak, hour_s=HOUR_S)
+        wl, _ = trace_workload(shared_dir, root / "wl.json", peak=peak, hour_s=HOUR_S,
+                               windows_per_hour=WINDOWS_PER_HOUR)
+        # the learning policy starts afresh for the day: what it learnt from the sweep
+        # goes with it (its model's ConfigMap is the policy's own)
+        cp.kubectl("delete", "elasticpolicy", LEARN, "-n", NS, "--wait=true")
+        cp.kubectl("delete", "configmap", f"{LEARN}-capacity-model", "-n", NS,
+                   "--ignore-not-found=true")
         cp.kubectl("apply", "-f", "-", stdin=policy(LEARN, NS, STS, **common))
         load = subprocess.Popen([sys.executable, "-m", "elastore", "load", "run", str(wl),
                                  "--out", str(root / "load.csv")],
@@ -312,7 +350,7 @@ def _windows(run: Run) -> list[tuple[float, float, float, float]]:
     log = (run.root / "load.log").read_text()
     began = float(log.split("replay starts at epoch ", 1)[1].split()[0])
     rows = list(csv.DictReader((run.root / "load.csv").open()))
-    return [(began + float(x["start_s"]), HOUR_S / 4, float(x["p95_ms"]),
+    return [(began + float(x["start_s"]), HOUR_S / WINDOWS_PER_HOUR, float(x["p95_ms"]),
              float(x["achieved_rps"])) for x in rows
             if x.get("p95_ms") not in ("", "nan", None)]
 
@@ -349,12 +387,13 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     print(f"learned: {json.dumps(model)}")
     assert model.get("source") == "learned", run.diagnostics()
     assert got is not None and model.get("samples", 0) >= 30, run.diagnostics()
-    err = abs(float(got) / run.fitted_rps - 1)
+    _replay_fit(run, float(model.get("readRatio") or 0.95))
+    reference = run.fitted_rps
+    err = abs(float(got) / reference - 1)
     print(f"border: learned {float(got):.1f} req/s per server (prior "
-          f"{model.get('priorCapacityRps')}), fitted from the sweep {run.fitted_rps:.1f}: "
+          f"{model.get('priorCapacityRps')}), fitted from the sweep {reference:.1f}: "
           f"{100 * err:.1f} % apart; confidence {model.get('confidence')}, observed "
           f"{model.get('observedFraction')} of it")
-    _replay_fit(run, float(model.get("readRatio") or 0.95))
     # each node's own coordinator p95 reached Prometheus with its pod's labels
     # (during the replay: a node that coordinated nothing for 10 s has no series)
     per_node = json.loads(run.prom_get("/api/v1/query?query=" + urllib.parse.quote(
@@ -402,11 +441,11 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     def let_through(k: int, among: list[tuple[Any, ...]]) -> int:
         return sum(1 for r in among if r[k] <= max(r[3], 3))
 
-    short = [r for r in rows if r[2] / 3 > run.fitted_rps]
+    short = [r for r in rows if r[2] / 3 > reference]
     n_learn, n_prior = let_through(4, short), let_through(6, short)
     print(f"windows over the SLO: {len(over)} of {len(windows)} (let through by the learning "
           f"policy {let_through(4, rows)}, by the prior alone {let_through(6, rows)}); of "
-          f"them capacity shortfalls (over {run.fitted_rps:.1f} req/s per server): "
+          f"them capacity shortfalls (over {reference:.1f} req/s per server): "
           f"{len(short)}, let through by the learning policy {n_learn}, by the prior alone "
           f"{n_prior}")
     assert n_learn <= n_prior, run.diagnostics()
