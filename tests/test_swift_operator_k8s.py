@@ -217,7 +217,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             replicas={"min": 3, "max": 4}, slo={"latencyMs": 100},
             # the paper's window planner plans a scale-in only if the step finishes within
             # the window: a node's 60 s (the ring change's replicator passes) plus its data
-            prediction={"method": "persistence", "horizon": "150s", "step": "10s",
+            prediction={"method": "persistence", "horizon": "100s", "step": "10s",
                         "headroom": 0.1},
             planner={"mode": "Window"},
             migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 60},
