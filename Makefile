@@ -65,8 +65,17 @@ k8s-deps: $(TEST_STAMP)
 	  print("kubernetes test binaries:", ensure_binaries(print)); print("helm:", ensure_helm(print)); \
 	  print("cass-operator CRD:", cass_operator_crd())'
 
+# Two phases. What needs no lab (the unit suites and the k8s suites with stand-ins: each
+# control plane on its own free ports and directory) runs on 3 workers, one file per worker
+# at a time (pytest-xdist --dist loadfile: a module's fixtures stay in one process). Then
+# the lab suites run one at a time with the machine to themselves: their latencies are
+# what they measure (the calibration test's sweep and day must see the same neighbours).
+# Both phases always run; the exit code is the first failure's (5, nothing selected: fine).
 test: $(TEST_STAMP) lint typecheck lab-deps k8s-deps
-	$(BIN)/pytest $(PYTEST_ARGS)
+	@rc=0; \
+	$(BIN)/pytest -m "not lab" -n 3 --dist loadfile $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || rc=$$r; }; \
+	$(BIN)/pytest -m lab $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || [ $$rc -ne 0 ] || rc=$$r; }; \
+	exit $$rc
 
 clean:
 	rm -rf $(VENV) elastore-report .pytest_cache .mypy_cache .ruff_cache
