@@ -3,6 +3,9 @@ model learns the store's SLO border online from a day of the trace, and ends wit
 the border that ``elastore models fit`` finds from a profile sweep of the same lab, with no
 more SLO violations than the prior alone would have let through (issue 18).
 
+Both borders are taken at the sweep's read ratio (0.95): the learned model from the
+policy's ConfigMap, not ``status.model.capacityRps``, which is at the day's mean ratio
+(0.90-0.92), where the shipped shape's capacity is a third lower.
 "Within 15 %" is measured against what the sweep can resolve (:func:`_border_range`): the
 bracket of its load grid around the border (two loads 1.45 x apart), the 10-90 % range of
 the border ``models fit`` finds in resamples of the sweep's windows, and the fitted border,
@@ -440,11 +443,25 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     assert got is not None and model.get("samples", 0) >= 30, run.diagnostics()
     _replay_fit(run, float(model.get("readRatio") or 0.95))
     reference = run.fitted_rps
-    err = abs(float(got) / reference - 1)
-    print(f"border: learned {float(got):.1f} req/s per server (prior "
-          f"{model.get('priorCapacityRps')}), fitted from the sweep {reference:.1f}: "
-          f"{100 * err:.1f} % apart; confidence {model.get('confidence')}, observed "
-          f"{model.get('observedFraction')} of it")
+    # status.model quotes the border at the evidence's mean read ratio (the day's hours
+    # write more than the sweep: 0.90-0.92 in CI) and the sweep's is at 0.95: a border is a
+    # function of the read ratio, and the learned model keeps the shipped profile's shape,
+    # whose capacity rises 48 % from read ratio 0.93 to 0.95 (58 -> 86 req/s per server for
+    # the prior). Compared at different ratios, CI runs read 43.3 against 64.1 and 66.8
+    # against 95.8; at the sweep's they are 66.1 and 85.9. The learned model is the one in
+    # the policy's ConfigMap, at the sweep's read ratio.
+    cm = run.cp.get_json(f"/api/v1/namespaces/{NS}/configmaps/{LEARN}-capacity-model")
+    learned = ModelSet.loads(cm["data"]["model.json"], "the learned ConfigMap").capacity
+    at_own = float(learned.capacity(float(model["readRatio"]), 0.0, 0.0))
+    # the status's border (the ConfigMap is written each period just before the status)
+    assert abs(at_own / float(got) - 1) < 0.05, (at_own, got)
+    got = float(learned.capacity(run.fit_ratio, 0.0, 0.0))
+    err = abs(got / reference - 1)
+    print(f"border: learned {float(model['capacityRps']):.1f} req/s per server at its "
+          f"evidence's read ratio {model['readRatio']}, {got:.1f} at the sweep's "
+          f"{run.fit_ratio:.3f} (prior {model.get('priorCapacityRps')}), fitted from the "
+          f"sweep {reference:.1f}: {100 * err:.1f} % apart; confidence "
+          f"{model.get('confidence')}, observed {model.get('observedFraction')} of it")
     # each node's own coordinator p95 reached Prometheus with its pod's labels
     # (during the replay: a node that coordinated nothing for 10 s has no series)
     per_node = json.loads(run.prom_get("/api/v1/query?query=" + urllib.parse.quote(
@@ -454,9 +471,9 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     # the sweep's own resolution (its load grid's bracket, the resampled fits: see
     # _border_range); the learned border must lie within 15 % of that span
     lo, hi = _border_range(run.root / "sweep.csv", run.fit_ratio, reference)
-    inside = lo / 1.15 <= float(got) <= hi * 1.15
+    inside = lo / 1.15 <= got <= hi * 1.15
     print(f"the sweep's border, as far as it resolves it: {lo:.1f}-{hi:.1f} req/s per server; "
-          f"learned {float(got):.1f}: {'within' if inside else 'NOT within'} 15 % of it; "
+          f"learned {got:.1f}: {'within' if inside else 'NOT within'} 15 % of it; "
           f"within 15 % of the fitted {reference:.1f} itself: {'yes' if err <= 0.15 else 'no'}")
     assert inside, run.diagnostics()
     # the learned model is in the policy's ConfigMap, and `models show` reads it
