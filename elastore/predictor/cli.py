@@ -11,7 +11,7 @@ import pandas as pd
 from elastore.cliutil import WHEN, WHEN_END, ElastoreGroup, emit_json, log
 from elastore.errors import ElastoreError
 from elastore.predictor.evaluate import Scores, evaluate
-from elastore.predictor.registry import METHODS, parse_methods
+from elastore.predictor.registry import BASELINES, METHODS, parse_methods
 from elastore.traces.readers import builtin_trace_path, read_series
 
 
@@ -35,7 +35,9 @@ def predict() -> None:
 @click.option("--warmup-hours", type=click.IntRange(min=1), default=672, show_default=True,
               help="Hours each method sees before scoring starts (not scored).")
 @click.option("--methods", default="all", show_default=True,
-              help=f"'all' or a comma list of: {', '.join(METHODS)}.")
+              help=f"A comma list of: all (every policy method), {', '.join(METHODS)}, and the "
+                   f"baselines {', '.join(BASELINES)} (mstl needs "
+                   "pip install 'elastore[forecast]').")
 @click.option("--per-key", is_flag=True,
               help="Per-page trace only: also forecast every page and sum (prorenata-per-key).")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -93,7 +95,7 @@ def evaluate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
         )
     log.info("evaluating %d method(s) on %d h (%d scored) at H=%d ...", len(names),
              len(values), len(values) - warmup_hours, horizon)
-    factories = [(n, METHODS[n]) for n in names]
+    factories = [(n, {**METHODS, **BASELINES}[n]) for n in names]
     scores, forecasts = evaluate(factories, values, horizon, warmup_hours,
                                  progress=lambda n: log.info("  %s done", n),
                                  coverages=coverages)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from elastore.errors import ElastoreError
 from elastore.predictor.base import Predictor
+from elastore.predictor.mstl import Mstl
 from elastore.predictor.naive import Persistence, SeasonalNaive
 from elastore.predictor.prorenata import ProRenaTa, ProRenaTaPaper
 from elastore.predictor.statistical import HoltWinters, Sarima
@@ -22,26 +23,36 @@ METHODS: dict[str, Callable[[], Predictor]] = {
     "persistence": Persistence,
 }
 DEFAULT_METHOD = "prorenata"
+#: Baselines for ``predict evaluate`` only, never a policy's method (the operator's image
+#: does not carry their dependencies); named explicitly, not part of ``all``.
+BASELINES: dict[str, Callable[[], Predictor]] = {
+    "mstl": Mstl,  # statsforecast: pip install 'elastore[forecast]'
+}
 
 
 def make(name: str) -> Predictor:
     try:
-        return METHODS[name]()
+        return {**METHODS, **BASELINES}[name]()
     except KeyError:
         raise ElastoreError(
-            f"unknown prediction method {name!r}; choose from {', '.join(METHODS)}"
+            f"unknown prediction method {name!r}; choose from "
+            f"{', '.join([*METHODS, *BASELINES])}"
         ) from None
 
 
 def parse_methods(spec: str) -> list[str]:
-    """``all`` or a comma-separated list of method names."""
-    if spec.strip() == "all":
-        return list(METHODS)
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    unknown = [n for n in names if n not in METHODS]
+    """A comma-separated list of method names; ``all`` stands for every policy method
+    (the baselines of :data:`BASELINES` are named on their own: ``all,mstl``)."""
+    names: list[str] = []
+    for s in (s.strip() for s in spec.split(",")):
+        if s == "all":
+            names += [n for n in METHODS if n not in names]
+        elif s and s not in names:
+            names.append(s)
+    unknown = [n for n in names if n not in METHODS and n not in BASELINES]
     if unknown or not names:
         raise ElastoreError(
             f"unknown method(s) {', '.join(unknown) or '(none given)'}; "
-            f"choose from all, {', '.join(METHODS)}"
+            f"choose from all, {', '.join([*METHODS, *BASELINES])}"
         )
     return names
