@@ -223,6 +223,11 @@ WINDOW = 12 * 168
 REFIT_EVERY = 24
 HALF_LIFE = 4 * 168
 ROWS_PER_COEFFICIENT = 10  # a lag set is used only with >= 10 training rows per coefficient
+#: ``prorenata-weighted``: members' errors are averaged over the last week of forecasts
+#: (the longest season), and weigh in once each has a day of them
+ERROR_MEMORY = 168
+MIN_SCORED = 24
+PROFILE_WEEKS = 4  # the seasonal profile averages up to 4 weeks (the baselines' window)
 
 
 @dataclass(frozen=True)
@@ -270,16 +275,49 @@ def _for_horizon(lags: _LagSet, horizon: int) -> _LagSet:
     return _LagSet(tuple(k for k in lags.seasonal if k >= horizon), members or (LEVELS,))
 
 
+def _profile(x: FloatArray, horizon: int) -> float | None:
+    """The seasonal profile's log forecast for ``x[t + horizon]`` (``t`` the last index):
+    the same hour of the week, averaged over up to :data:`PROFILE_WEEKS` weeks, moved by
+    how far the last day stands from the same day in those weeks. What MSTL's
+    seasonal-naive seasons and local level give, from a week of history and with no fit."""
+    t = len(x) - 1
+    diffs = []
+    for j in range(1, PROFILE_WEEKS + 1):
+        at = t + horizon - 168 * j
+        day = slice(t - 23 - 168 * j, t + 1 - 168 * j)
+        if at < 0 or day.start < 0:
+            break
+        if math.isnan(x[at]):
+            continue
+        then = float(np.nanmean(x[day]))
+        diffs.append(float(x[at]) - then)
+    if not diffs:
+        return None
+    now = float(np.nanmean(x[t - 23: t + 1]))
+    return now + float(np.mean(diffs))
+
+
 class ProRenaTa(Predictor):
     """Our default: a combination of robust, adaptive log-space filters with seasonal lags."""
 
     name = "prorenata"
     min_history = LAG_SETS[-1].max_lag + ROWS_PER_COEFFICIENT * LAG_SETS[-1].coefficients
 
-    def __init__(self) -> None:
+    def __init__(self, combine: str = "mean") -> None:
         super().__init__()
+        if combine not in ("mean", "weighted"):
+            raise ValueError(f"combine must be 'mean' or 'weighted', got {combine!r}")
+        self.combine = combine
+        if combine == "weighted":
+            self.name = "prorenata-weighted"
+            # the profile member needs a week and a day; the filters join when trained
+            self.min_history = 168 + 24
         self.refits_ = 0
         self.lag_set_: dict[int, _LagSet] = {}
+        #: per horizon: target index -> each member's log forecast
+        self.pending_: dict[int, dict[int, dict[str, float]]] = {}
+        #: per horizon: each member's exponentially weighted mean squared log error, count
+        self.mse_: dict[int, dict[str, tuple[float, int]]] = {}
 
     # -- state ------------------------------------------------------------------------
     def _fit(self, history: FloatArray) -> None:
@@ -301,11 +339,31 @@ class ProRenaTa(Predictor):
 
     def _push(self, value: float) -> None:
         lv = math.log1p(value) if not math.isnan(value) and value >= 0 else float("nan")
-        if math.isnan(lv):
+        observed = not math.isnan(lv)
+        if not observed:
             lv = self._reference()
         self.clean.append(lv)
         for h in self.since_fit_:
             self.since_fit_[h] += 1
+        if self.combine == "weighted":
+            self._score(lv if observed else None)
+
+    def _score(self, lv: float | None) -> None:
+        """Each member's error on the value just observed (log space), for the forecasts
+        made for it; a gap scores none."""
+        t = self.clean.n - 1
+        for h, pending in self.pending_.items():
+            preds = pending.pop(t, None)
+            for k in [k for k in pending if k < t]:
+                del pending[k]
+            if preds is None or lv is None:
+                continue
+            table = self.mse_.setdefault(h, {})
+            for name, pred in preds.items():
+                mse, n = table.get(name, (0.0, 0))
+                e2 = (pred - lv) ** 2
+                table[name] = (mse + (e2 - mse) / (n + 1) if n < ERROR_MEMORY else
+                               mse + (e2 - mse) / ERROR_MEMORY, n + 1)
 
     def _update(self, value: float) -> None:
         self._push(value)
@@ -348,19 +406,40 @@ class ProRenaTa(Predictor):
             out.append(fit_filter(design, y, weights=weights, huber=True))
         return out
 
-    def _forecast(self, horizon: int) -> float:
-        coefs = self._coefficients(horizon)
-        if not coefs:
-            return math.expm1(self.clean.ago(0))
-        lags = self.lag_set_[horizon]
+    def _members(self, horizon: int) -> dict[str, float]:
+        """Each member's log forecast ``horizon`` steps ahead: the filters (once trained)
+        and, when combining by error, the seasonal profile."""
+        coefs = self._coefficients(horizon) if self.clean.n > LAG_SETS[-1].max_lag else []
         x = self.clean.array()
         t = len(x) - 1
-        cols = t - _inputs(horizon, lags)
-        preds = []
-        for m, beta in zip(lags.members, coefs, strict=True):
-            row = x[cols] if not m.diff else x[cols] - x[cols - m.diff]
-            base = 0.0 if not m.diff else float(x[t + horizon - m.diff])
-            preds.append(float(np.append(row, 1.0) @ beta) + base)
-        return math.expm1(float(np.mean(preds)))
+        preds: dict[str, float] = {}
+        if coefs:
+            lags = self.lag_set_[horizon]
+            cols = t - _inputs(horizon, lags)
+            for m, beta in zip(lags.members, coefs, strict=True):
+                row = x[cols] if not m.diff else x[cols] - x[cols - m.diff]
+                base = 0.0 if not m.diff else float(x[t + horizon - m.diff])
+                preds[m.name] = float(np.append(row, 1.0) @ beta) + base
+        if self.combine == "weighted":
+            profile = _profile(x, horizon)
+            if profile is not None:
+                preds["profile"] = profile
+        return preds
+
+    def _forecast(self, horizon: int) -> float:
+        preds = self._members(horizon)
+        if not preds:
+            return math.expm1(self.clean.ago(0))
+        if self.combine == "mean":
+            return math.expm1(float(np.mean(list(preds.values()))))
+        self.pending_.setdefault(horizon, {})[self.clean.n - 1 + horizon] = preds
+        scored = self.mse_.get(horizon, {})
+        if all(scored.get(k, (0.0, 0))[1] >= MIN_SCORED for k in preds):
+            # inverse mean squared error (Bates and Granger): a member twice as far off
+            # recently counts a quarter as much
+            w = np.array([1.0 / max(scored[k][0], 1e-12) for k in preds])
+        else:  # a member too new to be judged: all alike until it has been
+            w = np.ones(len(preds))
+        return math.expm1(float(np.dot(w / w.sum(), list(preds.values()))))
 
 

@@ -27,6 +27,9 @@ DEFAULT_METHOD = "prorenata"
 #: does not carry their dependencies); named explicitly, not part of ``all``.
 BASELINES: dict[str, Callable[[], Predictor]] = {
     "mstl": Mstl,  # statsforecast: pip install 'elastore[forecast]'
+    # issue 21's candidate: prorenata's filters and a seasonal profile, combined by their
+    # recent errors (evaluated before it becomes the default)
+    "prorenata-weighted": lambda: ProRenaTa(combine="weighted"),
 }
 
 
