@@ -475,6 +475,12 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     print(f"the sweep's border, as far as it resolves it: {lo:.1f}-{hi:.1f} req/s per server; "
           f"learned {got:.1f}: {'within' if inside else 'NOT within'} 15 % of it; "
           f"within 15 % of the fitted {reference:.1f} itself: {'yes' if err <= 0.15 else 'no'}")
+    # what the run measured, kept beside its artifacts (pytest prints a passing test's
+    # output nowhere): the closing notes quote it
+    (run.root / "result.json").write_text(json.dumps({
+        "learned_at_own_ratio": float(model["capacityRps"]), "own_ratio": model["readRatio"],
+        "learned_at_sweep_ratio": got, "sweep_ratio": run.fit_ratio, "fitted": reference,
+        "apart_pct": 100 * err, "span": [lo, hi], "model": model}, indent=1))
     assert inside, run.diagnostics()
     # the learned model is in the policy's ConfigMap, and `models show` reads it
     res = subprocess.run([sys.executable, "-m", "elastore", "models", "show", "--configmap",
@@ -523,6 +529,10 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
           f"them capacity shortfalls (over {reference:.1f} req/s per server): "
           f"{len(short)}, let through by the learning policy {n_learn}, by the prior alone "
           f"{n_prior}")
+    res = json.loads((run.root / "result.json").read_text())
+    res.update(over_slo=len(over), windows=len(windows), shortfalls=len(short),
+               let_through_learning=n_learn, let_through_prior=n_prior)
+    (run.root / "result.json").write_text(json.dumps(res, indent=1))
     assert n_learn <= n_prior, run.diagnostics()
 
 
