@@ -12,8 +12,9 @@ of warm-up (672 h) and with 2 (336 h). The targets:
 * still >= 20 % better than Holt-Winters at H = 1;
 * with 2 weeks of history, still <= 1.0 x MSTL.
 
-Usage: .venv/bin/python benchmarks/forecast_mstl.py [--quick] [--jobs N] [--json out.json]
-(needs ``pip install 'elastore[forecast]'``; about 20 min on 2 cores, --quick a quarter)
+Usage: .venv-forecast/bin/python benchmarks/forecast_mstl.py [--quick] [--jobs N] [--json F]
+(statsforecast needs pandas < 3: ``make test`` builds .venv-forecast with elastore[forecast];
+about 8 min with --jobs 2 on 2 cores, --quick a third)
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,9 +40,10 @@ PAGES = REPO.parent / "shared" / "traces" / "wikipedia" / "en-2016-01-pages-hour
 METHODS = ("prorenata", "prorenata-weighted", "mstl", "holt-winters")
 HORIZONS = (1, 3, 6, 24)
 WARMUPS = (672, 336)
+CANDIDATES = ("prorenata", "prorenata-weighted")
 
 
-def _task(window: str, warmup: int, horizon: int) -> dict[str, object]:
+def _task(window: str, warmup: int, horizon: int) -> dict[str, Any]:
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     if window == "pages":
         values = read_series(PAGES).cleaned().values  # one month: what follows warm-up
@@ -56,13 +59,53 @@ def _task(window: str, warmup: int, horizon: int) -> dict[str, object]:
             "seconds": {n: scores[n].seconds for n in METHODS}}
 
 
+def report(results: list[dict[str, Any]], windows: list[str]) -> None:
+    """The issue's tables: per candidate (prorenata, prorenata-weighted), its sMAPE over
+    MSTL's per window and H, and the summary against the targets."""
+    by = {(r["window"], r["warmup"], r["horizon"]): r["smape"] for r in results}
+    for cand in CANDIDATES:
+        for wu in WARMUPS:
+            print(f"\n### {cand} / MSTL, sMAPE ratio, warm-up {wu} h (below 1: {cand} "
+                  "better)\n")
+            print("| window | " + " | ".join(f"H={h}" for h in HORIZONS) + " |")
+            print("|---|" + "---:|" * len(HORIZONS))
+            for w in windows:
+                cells = [f"{by[(w, wu, h)][cand] / by[(w, wu, h)]['mstl']:.3f}"
+                         for h in HORIZONS]
+                print(f"| {w[:7]} | " + " | ".join(cells) + " |")
+            print()
+            print(f"| H | median {cand} | median MSTL | median ratio | worst ratio | windows "
+                  "<= 0.9 | windows <= 1.0 | vs Holt-Winters (median) |")
+            print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+            for h in HORIZONS:
+                pr = np.array([by[(w, wu, h)][cand] for w in windows])
+                ms = np.array([by[(w, wu, h)]["mstl"] for w in windows])
+                hw = np.array([by[(w, wu, h)]["holt-winters"] for w in windows])
+                ratio = pr / ms
+                print(f"| {h} | {np.median(pr):.3f} | {np.median(ms):.3f} | "
+                      f"{np.median(ratio):.3f} | {ratio.max():.3f} | "
+                      f"{int((ratio <= 0.9).sum())}/{len(ratio)} | "
+                      f"{int((ratio <= 1.0).sum())}/{len(ratio)} | "
+                      f"{100 * np.median(1 - pr / hw):.1f} % lower |")
+    secs = {n: sum(r["seconds"][n] for r in results) for n in METHODS}
+    print(f"\ncompute, summed over all {len(results)} runs: "
+          + ", ".join(f"{n} {v:.0f} s" for n, v in secs.items()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="every 4th month only")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     ap.add_argument("--json", type=Path, default=None, help="also write every score here")
+    ap.add_argument("--from-json", type=Path, default=None,
+                    help="print the tables of an earlier --json run, computing nothing")
     args = ap.parse_args()
+    if args.from_json is not None:
+        results = json.loads(args.from_json.read_text())
+        seen = sorted({str(r["window"]) for r in results}, key=lambda w: (w == "pages", w))
+        report(results, seen)
+        return
     months = [f"{m:%Y-%m-01}" for m in pd.date_range("2008-11-01", "2009-12-01", freq="MS")]
     if args.quick:
         months = months[::4]
@@ -82,37 +125,8 @@ def main() -> None:
                   + f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))
-    by = {(r["window"], r["warmup"], r["horizon"]): r for r in results}
-    for wu in WARMUPS:
-        print(f"\n### prorenata / MSTL, sMAPE ratio, warm-up {wu} h (below 1: prorenata "
-              "better)\n")
-        print("| window | " + " | ".join(f"H={h}" for h in HORIZONS) + " |")
-        print("|---|" + "---:|" * len(HORIZONS))
-        for w in windows:
-            cells = []
-            for h in HORIZONS:
-                sm = by[(w, wu, h)]["smape"]
-                cells.append(f"{sm['prorenata'] / sm['mstl']:.3f}")  # type: ignore[index]
-            print(f"| {w[:7]} | " + " | ".join(cells) + " |")
-        print()
-        print("| H | median prorenata | median MSTL | median ratio | worst ratio | windows "
-              "<= 0.9 | windows <= 1.0 | prorenata vs HW (median) |")
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for h in HORIZONS:
-            sm = [by[(w, wu, h)]["smape"] for w in windows]
-            pr = np.array([s["prorenata"] for s in sm])  # type: ignore[index]
-            ms = np.array([s["mstl"] for s in sm])  # type: ignore[index]
-            hw = np.array([s["holt-winters"] for s in sm])  # type: ignore[index]
-            ratio = pr / ms
-            print(f"| {h} | {np.median(pr):.3f} | {np.median(ms):.3f} | "
-                  f"{np.median(ratio):.3f} | {ratio.max():.3f} | "
-                  f"{int((ratio <= 0.9).sum())}/{len(ratio)} | "
-                  f"{int((ratio <= 1.0).sum())}/{len(ratio)} | "
-                  f"{100 * np.median(1 - pr / hw):.1f} % lower |")
-    secs = {n: sum(r["seconds"][n] for r in results) for n in METHODS}  # type: ignore[index]
-    print(f"\ncompute, summed over all {len(results)} runs: "
-          + ", ".join(f"{n} {v:.0f} s" for n, v in secs.items())
-          + f"; wall {time.perf_counter() - t0:.0f} s on {args.jobs} workers")
+    report(results, windows)
+    print(f"wall {time.perf_counter() - t0:.0f} s on {args.jobs} workers")
 
 
 if __name__ == "__main__":

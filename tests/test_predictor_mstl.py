@@ -13,11 +13,20 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 from typing import Any
 
 import numpy as np
 import pytest
-from statsforecast import models  # the dev install has it (elastore[forecast])
+
+try:
+    from statsforecast import models
+except ImportError:
+    _MSG = ("statsforecast is not installed here: `make test` runs this module in "
+            ".venv-forecast (elastore[forecast] needs pandas < 3, the package runs on 3)")
+    if os.environ.get("CI"):
+        pytest.fail(_MSG, pytrace=False)
+    pytest.skip(_MSG, allow_module_level=True)
 
 from elastore.errors import ElastoreError
 from elastore.predictor.mstl import FIT_WINDOW, REFIT_EVERY, SEASONS, EtsState, Mstl

@@ -15,8 +15,9 @@ ETS model's own state recursion (its alpha, beta, phi) takes it. Right after a f
 forecast is statsforecast's ``predict``; the recursion is the one statsforecast's ETS ran
 over the fitting window (``tests/test_predictor_mstl.py`` checks both).
 
-statsforecast is an optional dependency (``pip install 'elastore[forecast]'``): the main
-job's install stays light.
+statsforecast is an optional dependency (``pip install 'elastore[forecast]'``), and it
+requires pandas < 3 where the package runs on 3: it lives in a venv of its own
+(``.venv-forecast``, built by ``make test``).
 """
 
 from __future__ import annotations
