@@ -1,5 +1,5 @@
 """prorenata's multi-horizon forecasts recover known synthetic signals a day ahead (issue 21),
-and the error-weighted combination works as it says."""
+and the error-weighted combination and the reactive correction work as they say."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def _signal(weeks: int, noise: float, seed: int = 0) -> np.ndarray:
     return 5000 * daily * weekly * trend * np.exp(rng.normal(0, noise, len(t)))
 
 
-@pytest.mark.parametrize("method", ["prorenata", "prorenata-weighted"])
+@pytest.mark.parametrize("method", ["prorenata", "prorenata-weighted", "prorenata-filters"])
 @pytest.mark.parametrize("horizon", [1, 6, 24])
 def test_a_known_signal_is_recovered_at_every_horizon(method: str, horizon: int) -> None:
     y = _signal(7, noise=0.01)
@@ -54,7 +54,8 @@ def test_the_profile_is_the_level_moved_weekly_season() -> None:
 
 def test_weights_follow_recent_errors() -> None:
     y = _signal(7, noise=0.01)
-    p = ProRenaTa(combine="weighted").fit(y[:5 * 168])  # the weekly filter trains on 834 h
+    # without the correction, to see the mix alone; the weekly filter trains on 834 h
+    p = ProRenaTa(combine="weighted", correct=False).fit(y[:5 * 168])
     for v in y[5 * 168:6 * 168]:
         p.forecast(24)
         p.update(float(v))
@@ -77,3 +78,47 @@ def test_weights_follow_recent_errors() -> None:
 def test_combine_must_be_known() -> None:
     with pytest.raises(ValueError, match="combine"):
         ProRenaTa(combine="median")
+
+
+def _smape(correct: bool, y: np.ndarray, horizon: int) -> tuple[float, ProRenaTa]:
+    p = ProRenaTa(correct=correct)
+    fc = rolling_forecasts(p, y, horizon, 5 * 168)
+    return score(y, fc)[0], p
+
+
+@pytest.mark.parametrize("horizon", [1, 24])
+def test_the_correction_follows_a_level_step(horizon: int) -> None:
+    # a lasting 30 % step two weeks before the end: every member is slow to follow it (the
+    # profile and the filters' seasonal lags remember the old level); the correction feeds
+    # the persistent error back
+    y = _signal(8, noise=0.01, seed=1)
+    y[6 * 168:] *= 1.3
+    plain, _ = _smape(False, y, horizon)
+    corrected, p = _smape(True, y, horizon)
+    sxy, sxx, n = p.error_ar_[horizon]
+    assert n >= 24 and sxy / sxx > 0.2  # the errors were seen to persist
+    assert corrected < (0.9 if horizon == 1 else 0.97) * plain, (corrected, plain)
+
+
+def test_the_correction_leaves_white_noise_alone() -> None:
+    y = _signal(8, noise=0.01, seed=1)
+    plain, _ = _smape(False, y, 1)
+    corrected, p = _smape(True, y, 1)
+    sxy, sxx, _ = p.error_ar_[1]
+    assert abs(sxy / sxx) < 0.2  # no persistence to feed back
+    assert corrected == pytest.approx(plain, rel=0.01)
+
+
+def test_the_correction_is_the_clipped_regression_times_the_last_error() -> None:
+    y = _signal(7, noise=0.01)
+    y[5 * 168 + 100:] *= 1.2
+    p = ProRenaTa().fit(y[:5 * 168])
+    for v in y[5 * 168:6 * 168]:
+        p.forecast(3)
+        p.update(float(v))
+    sxy, sxx, n = p.error_ar_[3]
+    assert n >= 24  # a day of pairs: the correction is on
+    e = p.errors_[3][p.clean.n - 1]
+    rho = min(max(sxy / sxx, 0.0), 1.0)
+    combined = p._combined(3, p._members(3))
+    assert p.forecast(3) == pytest.approx(math.expm1(combined + rho * e), rel=1e-9)

@@ -36,7 +36,13 @@ docs/predictor.md:
 * **daily and weekly lags in the filter**: besides the last 24 h, the same hour 1, 2, 7 and
   14 days before the target and the hours next to the 1- and 7-day lags (their slope).
 * **a combination** of three parametrisations of that filter (levels; deviations from a
-  week before; deviations from a day before), averaged in log space.
+  week before; deviations from a day before) and a weekly profile (the target's hour of
+  the week over up to 4 weeks, moved by the last day's level), weighted per horizon by
+  their inverse recent squared log error (issue 21; ``combine="mean"``, the
+  ``prorenata-filters`` method, averages the three filters as before).
+* **a reactive correction**: the combined forecast plus rho_H times the last observed
+  error of an H-step forecast, rho_H the recent regression of such errors on those H
+  steps before, clipped to [0, 1] (``correct=False`` leaves it out).
 * **online adaptation**: every filter is refitted every 24 observations on up to 12 weeks,
   with exponential forgetting (half-life 4 weeks) and Huber weights, so anomalies in the
   training window do not bend the coefficients.
@@ -303,13 +309,17 @@ class ProRenaTa(Predictor):
     name = "prorenata"
     min_history = LAG_SETS[-1].max_lag + ROWS_PER_COEFFICIENT * LAG_SETS[-1].coefficients
 
-    def __init__(self, combine: str = "mean") -> None:
+    def __init__(self, combine: str = "weighted", correct: bool = True) -> None:
         super().__init__()
         if combine not in ("mean", "weighted"):
             raise ValueError(f"combine must be 'mean' or 'weighted', got {combine!r}")
         self.combine = combine
+        self.correct = correct
+        if (combine, correct) != ("weighted", True):
+            self.name = {("mean", False): "prorenata-filters",
+                         ("weighted", False): "prorenata-weighted"}.get(
+                (combine, correct), f"prorenata-{combine}-corrected")
         if combine == "weighted":
-            self.name = "prorenata-weighted"
             # the profile member needs a week and a day; the filters join when trained
             self.min_history = 168 + 24
         self.refits_ = 0
@@ -318,6 +328,12 @@ class ProRenaTa(Predictor):
         self.pending_: dict[int, dict[int, dict[str, float]]] = {}
         #: per horizon: each member's exponentially weighted mean squared log error, count
         self.mse_: dict[int, dict[str, tuple[float, int]]] = {}
+        #: per horizon: target index -> the combined log forecast before correction
+        self.combined_: dict[int, dict[int, float]] = {}
+        #: per horizon: target index -> that forecast's log error, for the last H targets
+        self.errors_: dict[int, dict[int, float]] = {}
+        #: per horizon: exponentially weighted E[e(s+H) e(s)], E[e(s)^2], pairs seen
+        self.error_ar_: dict[int, tuple[float, float, int]] = {}
 
     # -- state ------------------------------------------------------------------------
     def _fit(self, history: FloatArray) -> None:
@@ -347,6 +363,8 @@ class ProRenaTa(Predictor):
             self.since_fit_[h] += 1
         if self.combine == "weighted":
             self._score(lv if observed else None)
+        if self.correct:
+            self._score_combined(lv if observed else None)
 
     def _score(self, lv: float | None) -> None:
         """Each member's error on the value just observed (log space), for the forecasts
@@ -364,6 +382,30 @@ class ProRenaTa(Predictor):
                 e2 = (pred - lv) ** 2
                 table[name] = (mse + (e2 - mse) / (n + 1) if n < ERROR_MEMORY else
                                mse + (e2 - mse) / ERROR_MEMORY, n + 1)
+
+    def _score_combined(self, lv: float | None) -> None:
+        """The combined forecast's error on the value just observed, and its regression on
+        the error H steps before (both of H-step forecasts): the part of the next error
+        the last one predicts."""
+        t = self.clean.n - 1
+        for h, pending in self.combined_.items():
+            pred = pending.pop(t, None)
+            for k in [k for k in pending if k < t]:
+                del pending[k]
+            errors = self.errors_.setdefault(h, {})
+            for k in [k for k in errors if k < t - h]:
+                del errors[k]
+            if pred is None or lv is None:
+                continue
+            e = lv - pred
+            errors[t] = e
+            before = errors.get(t - h)
+            if before is None:
+                continue
+            sxy, sxx, n = self.error_ar_.get(h, (0.0, 0.0, 0))
+            a = 1.0 / min(n + 1, ERROR_MEMORY)
+            self.error_ar_[h] = (sxy + a * (e * before - sxy), sxx + a * (before ** 2 - sxx),
+                                 n + 1)
 
     def _update(self, value: float) -> None:
         self._push(value)
@@ -426,12 +468,10 @@ class ProRenaTa(Predictor):
                 preds["profile"] = profile
         return preds
 
-    def _forecast(self, horizon: int) -> float:
-        preds = self._members(horizon)
-        if not preds:
-            return math.expm1(self.clean.ago(0))
+    def _combined(self, horizon: int, preds: dict[str, float]) -> float:
+        """The members' log forecasts combined: their mean, or weighted by recent error."""
         if self.combine == "mean":
-            return math.expm1(float(np.mean(list(preds.values()))))
+            return float(np.mean(list(preds.values())))
         self.pending_.setdefault(horizon, {})[self.clean.n - 1 + horizon] = preds
         scored = self.mse_.get(horizon, {})
         if all(scored.get(k, (0.0, 0))[1] >= MIN_SCORED for k in preds):
@@ -440,6 +480,28 @@ class ProRenaTa(Predictor):
             w = np.array([1.0 / max(scored[k][0], 1e-12) for k in preds])
         else:  # a member too new to be judged: all alike until it has been
             w = np.ones(len(preds))
-        return math.expm1(float(np.dot(w / w.sum(), list(preds.values()))))
+        return float(np.dot(w / w.sum(), list(preds.values())))
+
+    def _correction(self, horizon: int) -> float:
+        """The reactive correction (the paper's feedback of the prediction error, made a
+        regression): rho times the error of the H-step forecast of the last observed hour,
+        rho the recent regression of such errors on those H steps before, in [0, 1]
+        (never amplified, never reversed); 0 until a day of pairs has been seen."""
+        t = self.clean.n - 1
+        e = self.errors_.get(horizon, {}).get(t)
+        sxy, sxx, n = self.error_ar_.get(horizon, (0.0, 0.0, 0))
+        if e is None or n < MIN_SCORED or sxx <= 0:
+            return 0.0
+        return min(max(sxy / sxx, 0.0), 1.0) * e
+
+    def _forecast(self, horizon: int) -> float:
+        preds = self._members(horizon)
+        if not preds:
+            return math.expm1(self.clean.ago(0))
+        combined = self._combined(horizon, preds)
+        if not self.correct:
+            return math.expm1(combined)
+        self.combined_.setdefault(horizon, {})[self.clean.n - 1 + horizon] = combined
+        return math.expm1(combined + self._correction(horizon))
 
 

@@ -13,6 +13,8 @@ from elastore.predictor.statistical import HoltWinters, Sarima
 
 METHODS: dict[str, Callable[[], Predictor]] = {
     "prorenata": ProRenaTa,
+    # the default before issue 21: the three filters' plain mean, no profile, no correction
+    "prorenata-filters": lambda: ProRenaTa(combine="mean", correct=False),
     "prorenata-paper": ProRenaTaPaper,
     "prorenata-paper-printed": lambda: ProRenaTaPaper(trigger="printed"),
     "holt-winters": HoltWinters,
@@ -27,9 +29,8 @@ DEFAULT_METHOD = "prorenata"
 #: does not carry their dependencies); named explicitly, not part of ``all``.
 BASELINES: dict[str, Callable[[], Predictor]] = {
     "mstl": Mstl,  # statsforecast: pip install 'elastore[forecast]'
-    # issue 21's candidate: prorenata's filters and a seasonal profile, combined by their
-    # recent errors (evaluated before it becomes the default)
-    "prorenata-weighted": lambda: ProRenaTa(combine="weighted"),
+    # prorenata without its reactive correction (the ablation in docs/predictor.md)
+    "prorenata-weighted": lambda: ProRenaTa(combine="weighted", correct=False),
 }
 
 
