@@ -95,6 +95,8 @@ class Run:
     samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     ips: dict[str, str] = field(default_factory=dict)
+    policy_doc: str = ""  # the ElasticPolicy as applied, and when
+    applied_s: float = 0.0
 
     def status(self) -> dict[str, Any]:
         return dict(get(self.cp, "elasticpolicy", POLICY, NS).get("status") or {})
@@ -233,7 +235,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
         threading.Thread(target=_sampler, args=(r,), daemon=True).start()
         r.start_operator("op-1")
         _wait_for_the_bulk_write_to_leave_the_rate_window(state)
-        cp.kubectl("apply", "-f", "-", stdin=policy(
+        r.policy_doc = policy(
             POLICY, NS, STS, mode="Enforce", controlPeriod="10s",
             replicas={"min": 3, "max": 4}, slo={"latencyMs": slo},
             prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
@@ -247,7 +249,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             bandwidth={"nodeMbit": NODE_MBIT},
             capacityModel={"configMapRef": {"name": "cass-model"}},
             nodetool=[sys.executable, str(PODEXEC)],
-            metrics={"prometheus": {"url": fwd.url}}))
+            metrics={"prometheus": {"url": fwd.url}})
+        r.applied_s = time.time()
+        cp.kubectl("apply", "-f", "-", stdin=r.policy_doc)
         yield r
     finally:
         if r is not None:
@@ -403,3 +407,33 @@ def test_no_row_was_lost_and_the_pvc_was_retained(run: Run) -> None:
     assert not run.agent.errors, run.agent.errors
     run.load.wait(timeout=900)
     assert run.load.returncode == 0, (run.root / "load.log").read_text()[-2000:]
+
+
+def test_the_backtest_replays_the_run_from_the_labs_prometheus(run: Run) -> None:
+    """``elastore operator backtest`` with this run's policy over the lab's real Prometheus,
+    from when the policy was applied: every period decided on the real load (Cassandra's
+    own request counters), and the backtest wants the fourth node no later than the
+    operator started it (its loop, replayed from the same series)."""
+    from datetime import UTC, datetime
+
+    started, _, _ = _started(run, "ScaleOut")
+    pol = run.root / "policy.json"
+    pol.write_text(run.policy_doc)
+    fmt = "%Y-%m-%d %H:%M:%S"
+    t0 = datetime.fromtimestamp(run.applied_s, UTC).strftime(fmt)
+    t1 = datetime.fromtimestamp(started + 60, UTC).strftime(fmt)
+    res = subprocess.run(
+        [sys.executable, "-m", "elastore", "operator", "backtest", "-f", str(pol),
+         "--from", t0, "--to", t1, "--prometheus", run.fwd.url, "--model", str(MODEL),
+         "--json"], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    rows = out["rows"]
+    decided = [r for r in rows if r["ok"]]
+    print(json.dumps(out["summary"]), *(f"{r['at']} {r['replicas']} {r['load_rps']} "
+                                       f"{r['forecast_rps']} {r['desired_replicas']} "
+                                       f"{r['would_scale']}" for r in rows), sep="\n")
+    assert len(decided) >= 0.8 * len(rows) >= 8, out["summary"]
+    assert all(r["load_rps"] > 0 and r["replicas"] >= 3 for r in decided)
+    outs = [r["at_s"] for r in decided if r["would_scale"] > 0]
+    assert outs and min(outs) <= started + 20, (started, outs)

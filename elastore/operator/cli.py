@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import click
 
-from elastore.cliutil import ElastoreGroup
+from elastore.cliutil import WHEN, ElastoreGroup, emit_json
 from elastore.errors import ElastoreError
 
 
@@ -103,3 +104,102 @@ def crd_cmd() -> None:
     from elastore.resources import crd_path
 
     click.echo(crd_path().read_text(), nl=False)
+
+
+@operator_group.command("backtest")
+@click.option("-f", "--policy", "policy_file", required=True,
+              type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="An ElasticPolicy (YAML or JSON, as for kubectl apply; or its spec alone).")
+@click.option("--from", "start", required=True, type=WHEN,
+              help="Start, UTC: YYYY-MM-DD or 'YYYY-MM-DD HH:MM[:SS]'.")
+@click.option("--to", "end", required=True, type=WHEN, help="End, UTC (inclusive).")
+@click.option("-n", "--namespace", default=None,
+              help="The policy's namespace (default: its metadata.namespace, else 'default'); "
+                   "the default queries are scoped to it.")
+@click.option("--prometheus", "url", default=None, metavar="URL",
+              help="Read this Prometheus instead of spec.metrics.prometheus.url.")
+@click.option("--replicas", type=click.IntRange(1, 1000), default=None,
+              help="Replay this fixed size (default: the nodes reporting at each period).")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False, exists=True,
+                                                        path_type=Path), default=None,
+              help="A capacity model (elastore models fit); default: the built-in lab "
+                   "profile (a configMapRef is not read from a file).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows and a summary as JSON.")
+def backtest_cmd(policy_file: Path, start: Any, end: Any, namespace: str | None,
+                 url: str | None, replicas: int | None, model_path: Path | None,
+                 as_json: bool) -> None:
+    """Replay a Prometheus range through the policy's loop: what Enforce would have done
+    each control period (wouldScale: +1 a node out, -1 in), and whether the size there was
+    would have missed the SLO at the forecast load (sloAtRisk).
+
+    \b
+    Example:
+      elastore operator backtest -f policy.yaml --from '2026-11-20 00:00' \\
+          --to '2026-11-21 00:00' --prometheus http://127.0.0.1:9090
+    """
+    import sys
+    from dataclasses import replace
+
+    import yaml
+
+    from elastore.models.bundle import ModelSet
+    from elastore.operator import backtest
+    from elastore.operator.metrics import PrometheusSource
+    from elastore.operator.spec import parse
+    from elastore.resources import builtin_model
+
+    try:
+        doc = yaml.safe_load(policy_file.read_text())
+    except yaml.YAMLError as exc:
+        raise ElastoreError(f"not YAML or JSON: {exc}", str(policy_file)) from None
+    if not isinstance(doc, dict):
+        raise ElastoreError("not an ElasticPolicy or a spec", str(policy_file))
+    spec_doc = doc.get("spec", doc) if doc.get("kind", "ElasticPolicy") == "ElasticPolicy" \
+        else None
+    if spec_doc is None:
+        raise ElastoreError(f"a {doc.get('kind')}, not an ElasticPolicy", str(policy_file))
+    ns = namespace or (doc.get("metadata") or {}).get("namespace") or "default"
+    if url is not None:
+        metrics = dict(spec_doc.get("metrics") or {})
+        metrics["prometheus"] = {**(metrics.get("prometheus") or {}), "url": url}
+        spec_doc = {**spec_doc, "metrics": metrics}
+    spec = parse(spec_doc)
+    if spec.prometheus is None:
+        raise ElastoreError("the policy has no spec.metrics.prometheus (or give --prometheus)")
+    if spec.prometheus.auth.any:
+        raise ElastoreError("the policy's Prometheus needs credentials from Secrets, which "
+                            "a backtest from a file cannot read: point --prometheus at a "
+                            "URL it can read without them (e.g. through kubectl "
+                            "port-forward)")
+    path = model_path or builtin_model("lab")
+    models = ModelSet.load(path).for_slo(spec.slo_latency_ms, spec.slo_percentile)
+    t0, t1 = float(start.timestamp()), float(end.timestamp())
+    source = PrometheusSource(spec.prometheus, ns, spec.target.name)
+    notes = [f"policy {policy_file} (namespace {ns}, target {spec.target.name}), "
+             f"Prometheus {spec.prometheus.url}, every {spec.control_period_s:g} s",
+             f"capacity model {'the built-in lab profile' if model_path is None else path}"
+             + (" as it is (online learning is not replayed)" if spec.learn else ""),
+             "interference-blind; the size at each period: the nodes serving requests"
+             if replicas is None else f"interference-blind; a fixed size of {replicas}"]
+
+    def progress(k: int, n: int, row: backtest.Row) -> None:
+        if not as_json and (k == n or k % 50 == 0):
+            click.echo(f"  {k}/{n} periods", err=True)
+
+    try:
+        rows = backtest.replay(replace(spec, mode="Recommend"), source, models, t0, t1,
+                               replicas, progress)
+    except ValueError as exc:
+        raise ElastoreError(str(exc)) from None
+    if as_json:
+        emit_json({"notes": notes, "summary": backtest.summary(rows),
+                   "rows": [r.as_dict() for r in rows]})
+        return
+    for n in notes:
+        click.echo(f"# {n}")
+    click.echo(backtest.table(rows))
+    s = backtest.summary(rows)
+    click.echo(f"# {s['periods']} periods: {s['decided']} decided, {s['failed']} without "
+               f"metrics; would scale out {s['scaleOuts']}x, in {s['scaleIns']}x; SLO at "
+               f"risk in {s['sloAtRisk']}")
+    sys.stdout.flush()

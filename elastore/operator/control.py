@@ -188,3 +188,17 @@ def decide(spec: PolicySpec, snap: Snapshot, replicas: int, models: ModelSet,
                         read_ratio=snap.read_ratio, data_bytes=snap.data_bytes,
                         interference=interference, operation=operation)
     return policy_loop(spec, models).step(memory, observed, forecast(spec, snap))
+
+
+def slo_at_risk(models: ModelSet, forecast_rps: float, read_ratio: float, replicas: int,
+                interference: float = 0.0) -> bool:
+    """Whether ``replicas`` servers, as they are, would miss the SLO at the forecast load:
+    the capacity model wants more of them (Recommend's ``elastore_slo_at_risk``, the
+    backtest's column, and what lets a topology change through a running repair)."""
+    return models.capacity.servers_needed(forecast_rps, read_ratio, interference) > replicas
+
+
+def would_scale(actions: tuple[PlannedAction, ...], now_s: float, replicas: int) -> int:
+    """What Enforce would change now, in replicas (+ out, - in, 0 nothing): the plan's
+    target in force at ``now_s`` against the size there is."""
+    return target_at(actions, now_s, replicas) - replicas

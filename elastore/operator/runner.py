@@ -56,6 +56,7 @@ from elastore.operator import (
     bandwidth,
     calibration,
     control,
+    controls,
     dcoperation,
     operation,
     swiftoperation,
@@ -74,6 +75,7 @@ from elastore.operator.runtime import DEFAULT_NODETOOLS
 from elastore.operator.spec import DATACENTER, PolicySpec, SpecError, parse
 from elastore.operator.status import PolicyStore, condition, iso, set_condition
 from elastore.operator.telemetry import OperatorMetrics
+from elastore.planner import behavior
 from elastore.planner.types import Operation
 
 log = logging.getLogger("elastore.operator")
@@ -126,6 +128,13 @@ class _Tick:
     stream_mibps: float | None = None  # the stream throttle decided this tick
     model_status: dict[str, Any] | None = None  # status.model, when a period ran
     calibration: Any = None  # the learned model's calibration this period (learning)
+    pause: controls.Pause = field(default_factory=lambda: controls.Pause(False))
+    #: the models this period's plan used (learned and interference-adjusted), for the
+    #: SLO-risk gauge
+    planned_with: ModelSet | None = None
+    interference_index: float = 0.0
+    #: consecutive failed observations, as the status had them (updated by the period)
+    fallback: controls.Fallback = field(default_factory=controls.Fallback)
 
     def pods(self) -> list[str]:
         """The target's pods now: ordinals up to the larger of its replicas and the
@@ -233,14 +242,19 @@ class Runner:
         degraded = self._read(t)
         if degraded is not None:
             return degraded
+        self._paused(t)
+        t.fallback = controls.Fallback.from_status(t.status.get("fallback"))
         running = self._continue_operation(t)
         # the forecast and the status keep updating while an operation runs: the plan
         # starts from the operation's outcome and waits for it
         degraded = self._control_period(t)
         if degraded is not None:
+            # without evidence only a size the user named (paused-replicas) or the
+            # fallback's scale-out may start: _start_step says which, and why not
+            started = not running and self._start_step(t)
             self._throttle(t)  # the throttle in force, also when this period had no evidence
             self._bandwidth_pods(t)
-            return (POLL_S, degraded[1]) if running else degraded
+            return (POLL_S, degraded[1]) if running or started else degraded
         partial = self._partial(t)
         if partial is None:
             t.cond("Degraded", False, "Healthy", "metrics and target found")
@@ -339,6 +353,29 @@ class Runner:
         t.out["currentReplicas"] = sts.spec_replicas
         if self.telemetry is not None:
             self.telemetry.current.labels(self.namespace, self.name).set(sts.spec_replicas)
+
+    def _paused(self, t: _Tick) -> None:
+        """``elastore.io/paused`` and ``paused-replicas`` (:mod:`elastore.operator.controls`):
+        ``status.paused``, the ``Paused`` condition, an Event when it starts or ends."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        ann = (t.body.get("metadata") or {}).get("annotations") or {}
+        t.pause = controls.read_pause(
+            ann, max(spec.min_replicas, spec.target.replication_factor), spec.max_replicas)
+        was = t.status.get("paused")
+        t.out["paused"] = controls.pause_status(t.pause, was, t.now)
+        if t.pause.on:
+            reason = "PausedAtReplicas" if t.pause.replicas is not None else "Paused"
+            t.cond("Paused", True, reason, t.pause.message)
+            old = was if isinstance(was, dict) else None
+            if old is None or old.get("message") != t.pause.message:
+                self.policies.event(t.body, reason, t.pause.message,
+                                    warning=t.pause.problem is not None)
+        else:
+            t.cond("Paused", False, "NotPaused", "scaling follows the plan")
+            if isinstance(was, dict):
+                self.policies.event(t.body, "Resumed", "the pause annotations are gone: "
+                                                       "scaling follows the plan again")
 
     # -- 2. an operation in progress -----------------------------------------------------------
     def _continue_operation(self, t: _Tick) -> bool:
@@ -458,6 +495,7 @@ class Runner:
             return self._no_decision(t, exc)
         t.memory = decision.memory
         t.evidence = True
+        self._fallback(t, ok=True)
         t.out.update(self._decision_status(decision, snap, t.gen))
         self._interference_said(t, inter)
         self._model_said(t)
@@ -470,6 +508,7 @@ class Runner:
             self._record(decision)
             self.telemetry.decision_seconds.labels(self.namespace, self.name).observe(
                 time.monotonic() - t0)
+            self._backtest_gauges(t, decision, snap)
         t.stream_mibps = self._bandwidth(t, decision, snap)
         return None
 
@@ -481,10 +520,44 @@ class Runner:
         t.out["memory"] = control.memory_to_status(t.memory.forgetting_the_forecast())
         t.out["nextAction"] = None
         t.cond("Forecasting", False, reason, str(exc))
+        self._fallback(t, ok=False)
         was = condition(t.status.get("conditions") or [], "Degraded") or {}
         if was.get("reason") != reason:  # an Event when the reason is new
             self.policies.event(t.body, reason, f"no decision: {exc}", warning=True)
         return min(t.spec.control_period_s, RETRY_S), (reason, str(exc))
+
+    def _fallback(self, t: _Tick, ok: bool) -> None:
+        """Count the observation toward ``spec.fallback``; ``status.fallback``, the
+        ``Fallback`` condition, Events when it comes into force and when it ends."""
+        spec = t.spec
+        assert spec is not None
+        prev = t.fallback
+        plan = tuple(control.action_to_status(a) for a in t.memory.actions)
+        t.fallback = controls.observed(prev, ok, t.now, plan)
+        n, need, how = t.fallback.failures, spec.fallback_threshold, spec.fallback_behavior
+        if ok:
+            if prev.failures:
+                t.out["fallback"] = None
+                if prev.active(need):
+                    self.policies.event(t.body, "FallbackEnded", "an observation succeeded "
+                                                                 "after " f"{prev.failures} "
+                                                                 "failed: following the "
+                                                                 "plan again")
+            t.cond("Fallback", False, "Healthy", "the last observation succeeded")
+            return
+        t.out["fallback"] = t.fallback.to_status(need, how)
+        if not t.fallback.active(need):
+            t.cond("Fallback", False, "Counting", f"{n} of {need} consecutive failed "
+                                                  "observations (spec.fallback."
+                                                  "failureThreshold)")
+            return
+        msg = (f"{n} consecutive failed observations (failureThreshold {need}): "
+               + ("nothing starts (behavior freeze)" if how == "freeze" else
+                  "only the scale-outs the last plan made on evidence wants may start "
+                  "(behavior currentReplicasIfHigher); never a scale-in"))
+        t.cond("Fallback", True, f"Fallback{how[0].upper()}{how[1:]}", msg)
+        if not prev.active(need):
+            self.policies.event(t.body, "FallbackActive", msg, warning=True)
 
     def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float,
                 op: operation.OperationState | None = None,
@@ -524,6 +597,8 @@ class Runner:
             models = self._planning_models(models, effect)
         decision = control.decide(spec, snap, replicas, models, memory, running,
                                   interference=reading.index or 0.0)
+        if t is not None:
+            t.planned_with, t.interference_index = models, reading.index or 0.0
         return decision, snap, hubbub.to_status(spec, reading, learner, effect, latency,
                                                 observation, now)
 
@@ -669,6 +744,24 @@ class Runner:
                              "generation": gen, "reason": d.reason[:2000]},
             "memory": control.memory_to_status(d.memory),
         }
+
+    def _backtest_gauges(self, t: _Tick, d: control.Decision, snap: Snapshot) -> None:
+        """``elastore_would_scale`` and ``elastore_slo_at_risk``: what Enforce would do now
+        and whether the size there is would miss the SLO at the forecast (both modes)."""
+        tm, sts, spec = self.telemetry, t.sts, t.spec
+        assert tm is not None and sts is not None and spec is not None
+        n = sts.spec_replicas
+        tm.would_scale.labels(self.namespace, self.name).set(
+            control.would_scale(d.actions, t.now, n))
+        try:
+            risk = control.slo_at_risk(t.planned_with or self.models(spec), d.forecast_rps,
+                                       snap.read_ratio, n, t.interference_index)
+        except ElastoreError as exc:  # a model that fits no load: said, not guessed
+            log.warning("%s/%s: SLO risk not judged: %s", self.namespace, self.name, exc)
+            with contextlib.suppress(KeyError):
+                tm.slo_at_risk.remove(self.namespace, self.name)
+            return
+        tm.slo_at_risk.labels(self.namespace, self.name).set(1 if risk else 0)
 
     def _record(self, d: control.Decision) -> None:
         tm = self.telemetry
@@ -824,16 +917,31 @@ class Runner:
         # the clock now, not at the tick's start: an action that fell due while this tick
         # waited on the cluster (a throttle call, a slow API server) starts in this tick,
         # not one control period late
-        target = control.target_at(t.memory.actions, max(t.now, self.clock()),
-                                   sts.spec_replicas)
+        now = max(t.now, self.clock())
+        named = t.pause.replicas  # paused-replicas: the user's size, not the plan's
+        fallback = self._fallback_scale_out(t)
+        if named is not None:
+            target = named
+        elif t.evidence:
+            target = control.target_at(t.memory.actions, now, sts.spec_replicas)
+        elif fallback:  # the last plan made on evidence; never below where it is
+            plan = tuple(control.action_from_status(a) for a in t.fallback.actions)
+            target = max(sts.spec_replicas, control.target_at(plan, now, sts.spec_replicas))
+        else:
+            target = sts.spec_replicas
+            if not t.pause.on:
+                for ctype in ("ScalingUp", "ScalingDown"):
+                    t.cond(ctype, False, "NoEvidence", "the last observation failed: no "
+                                                       "action")
+                return False
         step_to: int | None = None
         if t.dc is not None and target != sts.spec_replicas:
             # rack-balanced steps: up to the next multiple of the racks as soon as the plan
             # wants more; down only once the plan wants the next multiple below (or less)
             up, down = dcoperation.step_sizes(sts.spec_replicas, len(t.dc.racks))
-            held = dcoperation.step_down_held(target, sts.spec_replicas, down,
-                                              t.memory.recent_desired, t.now,
-                                              spec.stabilization_s)
+            held = None if named is not None else dcoperation.step_down_held(
+                target, sts.spec_replicas, down, t.memory.recent_desired, t.now,
+                spec.stabilization_s)
             if target > sts.spec_replicas:
                 step_to = up
             elif held is None:
@@ -853,20 +961,28 @@ class Runner:
         kind: Literal["ScaleOut", "ScaleIn"] = "ScaleOut" if target > sts.spec_replicas \
             else "ScaleIn"
         ctype = _scaling(kind)
+        wants = "paused-replicas asks for" if named is not None else "the plan wants"
+        limited = None if named is not None else self._behavior_limit(t, target, now)
         if not spec.enforce:
             step = "" if step_to is None else \
                 f"; the rack-balanced step is {sts.spec_replicas} -> {step_to}"
-            t.cond(ctype, False, "Recommend", f"the plan wants {target} replicas now{step} "
+            t.cond(ctype, False, "Recommend", f"{wants} {target} replicas now{step} "
                                               "(mode Recommend: nothing is changed)")
-        elif not t.evidence:
+        elif t.pause.on and named is None:
+            t.cond(ctype, False, "Paused", f"the plan wants {target} replicas now; "
+                                           f"{t.pause.message}")
+        elif not t.evidence and named is None and not (fallback and kind == "ScaleOut"):
             t.cond(ctype, False, "NoEvidence", "the last observation failed: no action")
+        elif limited is not None:
+            t.cond(ctype, False, "BehaviorLimit", limited)
         elif t.blocked is not None:
             t.cond(ctype, False, t.blocked[0], t.blocked[1])
         elif (why := self._aborting(t)) is not None:
             t.cond(ctype, False, "Aborted", f"no step starts: {why}")
-        elif kind == "ScaleIn" and (partial := self._partial(t)) is not None:
+        elif kind == "ScaleIn" and named is None and (partial := self._partial(t)) is not None:
             t.cond(ctype, False, *partial)
-        elif kind == "ScaleIn" and (learning := self._learning_gate(t)) is not None:
+        elif kind == "ScaleIn" and named is None and \
+                (learning := self._learning_gate(t)) is not None:
             t.cond(ctype, False, "ModelLearning", learning)
         elif t.dc is not None and (busy := dcoperation.busy(t.dc)) is not None:
             t.cond(ctype, False, "DatacenterBusy", f"the plan wants {step_to} replicas; no "
@@ -884,6 +1000,44 @@ class Runner:
             return True
         t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
         return False
+
+    def _fallback_scale_out(self, t: _Tick) -> bool:
+        """Whether the fallback lets the last plan's scale-outs start (no evidence now)."""
+        assert t.spec is not None
+        return not t.evidence and t.spec.fallback_behavior == "currentReplicasIfHigher" and \
+            t.fallback.active(t.spec.fallback_threshold)
+
+    def _behavior_limit(self, t: _Tick, target: int, now: float) -> str | None:
+        """Why ``spec.behavior``'s policies hold a step toward ``target`` now (None: they
+        allow one)."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        current = sts.spec_replicas
+        if target == current or not spec.behavior.limited:
+            return None
+        events = self._scale_events(t)
+        allowed = behavior.limit(spec.behavior, current, target, events, now)
+        if allowed != current:
+            return None
+        up = target > current
+        rules = spec.behavior.scale_up if up else spec.behavior.scale_down
+        d = "scaleUp" if up else "scaleDown"
+        if rules.select == "Disabled":
+            return f"the plan wants {target} replicas; spec.behavior.{d}.selectPolicy is " \
+                   "Disabled"
+        when = behavior.next_allowed_s(spec.behavior, current, target, events, now)
+        after = f"; the next is allowed at {iso(when)}" if when is not None else ""
+        return (f"the plan wants {target} replicas; spec.behavior.{d}'s policies allow no "
+                f"more {'additions' if up else 'removals'} now ({len(events)} step(s) "
+                f"started recently){after}")
+
+    @staticmethod
+    def _scale_events(t: _Tick) -> behavior.ScaleEvents:
+        raw = t.out.get("scaleEvents", t.status.get("scaleEvents")) or []
+        try:
+            return tuple((float(a), int(b)) for a, b in raw)
+        except (TypeError, ValueError):  # unreadable: as if none (logged in the status)
+            return ()
 
     def _learning_gate(self, t: _Tick) -> str | None:
         """Why the learned model holds a scale-in (this period's, else the status's)."""
@@ -912,14 +1066,26 @@ class Runner:
         t.cond(_scaling(kind), True, f"{kind}Started",
                f"{sts.spec_replicas} -> {new.to_replicas}: {new.pod}")
         t.out["operation"] = new.to_status()
+        t.out["scaleEvents"] = [list(e) for e in behavior.record(
+            self._scale_events(t), new.started_s, new.to_replicas - sts.spec_replicas)]
         t.out["conditions"] = t.conds
         self.policies.patch_status(self.namespace, self.name, t.out)  # intent first
         self.policies.event(t.body, f"{kind}Started",
                             f"{sts.spec_replicas} -> {new.to_replicas} replicas ({new.pod}), "
-                            f"planned at {iso(t.memory.actions[0].at_s)}")
+                            f"{self._why_now(t)}")
         if self.telemetry is not None:
             self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
         self._advance(t, new)
+
+    @staticmethod
+    def _why_now(t: _Tick) -> str:
+        """What asked for the step: paused-replicas, the fallback's saved plan, the plan."""
+        if t.pause.replicas is not None:
+            return f"asked by elastore.io/paused-replicas={t.pause.replicas}"
+        actions = t.memory.actions if t.evidence else tuple(
+            control.action_from_status(a) for a in t.fallback.actions)
+        src = "" if t.evidence else " (the fallback: the last plan made on evidence)"
+        return f"planned at {iso(actions[0].at_s)}{src}" if actions else f"planned{src}"
 
     def _begin_dc(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"], to: int) -> None:
         """A datacenter's step: the intent in the status, then ``spec.size``."""
@@ -934,10 +1100,12 @@ class Runner:
         new = dcoperation.start(kind, spec.target.name, sts.spec_replicas, to,
                                 max(t.now, self.clock()), expected)
         msg = (f"{sts.spec_replicas} -> {to} replicas (CassandraDatacenter "
-               f"{spec.target.name}, {len(t.dc.racks) if t.dc else 1} rack(s)), planned at "
-               f"{iso(t.memory.actions[0].at_s)}; expected to take {expected:.0f} s")
+               f"{spec.target.name}, {len(t.dc.racks) if t.dc else 1} rack(s)), "
+               f"{self._why_now(t)}; expected to take {expected:.0f} s")
         t.cond(_scaling(kind), True, f"{kind}Started", msg)
         t.out["operation"] = new.to_status()
+        t.out["scaleEvents"] = [list(e) for e in behavior.record(
+            self._scale_events(t), new.started_s, to - sts.spec_replicas)]
         t.out["conditions"] = t.conds
         self.policies.patch_status(self.namespace, self.name, t.out)  # intent first
         self.policies.event(t.body, f"{kind}Started", msg)

@@ -15,6 +15,7 @@ from typing import Any
 
 from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, SWIFT_PRESET
+from elastore.planner.behavior import MAX_PERIOD_S, Behavior, ScalingPolicy, ScalingRules
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
 
@@ -267,6 +268,13 @@ class PolicySpec:
     node_mbit: float | None = None
     client_ports: tuple[int, ...] = DEFAULT_PORTS["cassandra"][0]
     storage_ports: tuple[int, ...] = DEFAULT_PORTS["cassandra"][1]
+    #: ``spec.behavior``: the HPA's scaling policies (:mod:`elastore.planner.behavior`)
+    behavior: Behavior = field(default_factory=Behavior)
+    #: ``spec.fallback``: consecutive failed observations before the fallback is in force,
+    #: and what it allows then (``freeze``: nothing; ``currentReplicasIfHigher``: the scale-
+    #: outs the last trustworthy plan wants; never a scale-in)
+    fallback_threshold: int = 3
+    fallback_behavior: str = "freeze"
 
     @property
     def enforce(self) -> bool:
@@ -451,6 +459,87 @@ def _auth(p: dict[str, Any], url: str) -> PrometheusAuth:
     return PrometheusAuth(**out)
 
 
+FALLBACK_BEHAVIORS = ("freeze", "currentReplicasIfHigher")
+MAX_POLICIES = 10
+
+
+def _rules(r: Any, where: str) -> tuple[ScalingRules, float | None]:
+    """One direction of ``spec.behavior``, and its stabilization window (None: not set)."""
+    if r is None:
+        return ScalingRules(), None
+    if not isinstance(r, dict):
+        raise SpecError("must be an object", where)
+    unknown = sorted(set(r) - {"policies", "selectPolicy", "stabilizationWindowSeconds"})
+    if unknown:
+        raise SpecError(f"unknown field(s) {', '.join(unknown)} (known: policies, "
+                        "selectPolicy, stabilizationWindowSeconds)", where)
+    select = _enum(r.get("selectPolicy", "Max"), ("Max", "Min", "Disabled"),
+                   f"{where}.selectPolicy")
+    raw = r.get("policies", [])
+    if not isinstance(raw, list) or len(raw) > MAX_POLICIES:
+        raise SpecError(f"must be a list of at most {MAX_POLICIES} policies", f"{where}.policies")
+    policies = []
+    for k, p in enumerate(raw):
+        at = f"{where}.policies[{k}]"
+        if not isinstance(p, dict):
+            raise SpecError("must be an object with type, value and periodSeconds", at)
+        kind = _enum(p.get("type"), ("Pods", "Percent"), f"{at}.type")
+        value = int(_num(p.get("value"), f"{at}.value", 1, 1000 if kind == "Pods" else 10000,
+                         integer=True))
+        period = _num(p.get("periodSeconds"), f"{at}.periodSeconds", 1, MAX_PERIOD_S,
+                      integer=True)
+        policies.append(ScalingPolicy(kind, value, period))  # type: ignore[arg-type]
+    window = r.get("stabilizationWindowSeconds")
+    stab = None if window is None else _num(window, f"{where}.stabilizationWindowSeconds", 0,
+                                            86400, integer=True)
+    return ScalingRules(tuple(policies), select), stab  # type: ignore[arg-type]
+
+
+def _behavior(b: Any, down: dict[str, Any]) -> tuple[Behavior, float]:
+    """``spec.behavior`` and the scale-down stabilization window (``spec.behavior.scaleDown.
+    stabilizationWindowSeconds``, the HPA's name, or ``spec.scaleDown.stabilizationSeconds``;
+    both only if equal)."""
+    if b is None:
+        b = {}
+    if not isinstance(b, dict):
+        raise SpecError("must be an object", "spec.behavior")
+    unknown = sorted(set(b) - {"scaleUp", "scaleDown"})
+    if unknown:
+        raise SpecError(f"unknown field(s) {', '.join(unknown)} (known: scaleUp, scaleDown)",
+                        "spec.behavior")
+    up, up_stab = _rules(b.get("scaleUp"), "spec.behavior.scaleUp")
+    dn, dn_stab = _rules(b.get("scaleDown"), "spec.behavior.scaleDown")
+    if up_stab:
+        raise SpecError("must be 0: a scale-out follows the forecast's plan, which already "
+                        "times it (set the headroom or the planner instead)",
+                        "spec.behavior.scaleUp.stabilizationWindowSeconds")
+    old = down.get("stabilizationSeconds")
+    old_s = None if old is None else _num(old, "spec.scaleDown.stabilizationSeconds", 0, 86400,
+                                          integer=True)
+    if old_s is not None and dn_stab is not None and old_s != dn_stab:
+        raise SpecError(f"spec.scaleDown.stabilizationSeconds ({old_s:g}) and spec.behavior."
+                        f"scaleDown.stabilizationWindowSeconds ({dn_stab:g}) disagree: set one",
+                        "spec.behavior.scaleDown.stabilizationWindowSeconds")
+    stab = dn_stab if dn_stab is not None else old_s if old_s is not None else 300.0
+    return Behavior(up, dn), stab
+
+
+def _fallback(f: Any) -> tuple[int, str]:
+    if f is None:
+        return 3, "freeze"
+    if not isinstance(f, dict):
+        raise SpecError("must be an object", "spec.fallback")
+    unknown = sorted(set(f) - {"failureThreshold", "behavior"})
+    if unknown:
+        hint = " (a store is never scaled to a fixed size on missing data)" \
+            if "replicas" in unknown else ""
+        raise SpecError(f"unknown field(s) {', '.join(unknown)}{hint} (known: "
+                        "failureThreshold, behavior)", "spec.fallback")
+    n = int(_num(f.get("failureThreshold", 3), "spec.fallback.failureThreshold", 1, 1000,
+                 integer=True))
+    return n, _enum(f.get("behavior", "freeze"), FALLBACK_BEHAVIORS, "spec.fallback.behavior")
+
+
 def parse(spec: Any) -> PolicySpec:
     """Defaults applied, every rule of the CRD checked again; :class:`SpecError` names the
     first field at fault."""
@@ -605,6 +694,10 @@ def parse(spec: Any) -> PolicySpec:
         raise SpecError("interference.enabled: true needs spec.metrics.prometheus (the "
                         "index is read from it)", "spec.interference")
     down = spec.get("scaleDown") or {}
+    if not isinstance(down, dict):
+        raise SpecError("must be an object", "spec.scaleDown")
+    behavior, stabilization = _behavior(spec.get("behavior"), down)
+    fallback_threshold, fallback_behavior = _fallback(spec.get("fallback"))
     node_mbit, client_ports, storage_ports = _bandwidth(spec.get("bandwidth"), target.store)
     return PolicySpec(
         target=target, min_replicas=lo, max_replicas=hi, slo_latency_ms=latency,
@@ -620,8 +713,7 @@ def parse(spec: Any) -> PolicySpec:
         exploration_step=exploration,
         prometheus=prom,
         interference=interference,
-        stabilization_s=_num(_get(down, "stabilizationSeconds", 300, "spec.scaleDown"),
-                             "spec.scaleDown.stabilizationSeconds", 0, 86400, integer=True),
+        stabilization_s=stabilization,
         pvc_policy=_enum(_get(down, "pvcPolicy", "Retain", "spec.scaleDown"),
                          ("Retain", "Delete"), "spec.scaleDown.pvcPolicy"),
         min_free_fraction=_num(_get(down, "minFreeFraction", 0.2, "spec.scaleDown"),
@@ -629,4 +721,6 @@ def parse(spec: Any) -> PolicySpec:
         compaction_margin=_num(_get(down, "compactionMargin", 0.5, "spec.scaleDown"),
                                "spec.scaleDown.compactionMargin", 0, 2),
         node_mbit=node_mbit, client_ports=client_ports, storage_ports=storage_ports,
+        behavior=behavior, fallback_threshold=fallback_threshold,
+        fallback_behavior=fallback_behavior,
     )

@@ -34,6 +34,15 @@ class OperatorMetrics:
                                           "Time to observe, forecast and plan one period",
                                           labels, registry=self.registry,
                                           buckets=(.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 30))
+        self.would_scale = Gauge(
+            "elastore_would_scale", "What Enforce would change now, in replicas (+1 a node "
+            "out, -1 a node in, 0 nothing): the plan's target in force against the size "
+            "there is; in Recommend mode, the backtest of Enforce", labels,
+            registry=self.registry)
+        self.slo_at_risk = Gauge(
+            "elastore_slo_at_risk", "1 when the current size would miss the SLO at the "
+            "forecast load (the capacity model wants more servers), else 0", labels,
+            registry=self.registry)
         self.actions = Counter("elastore_actions", "Topology actions started", [*labels, "kind"],
                                registry=self.registry)
         # Hubbub-scale (the node agent's own series is elastore_interference_index)
@@ -60,8 +69,8 @@ class OperatorMetrics:
 
     def forget(self, namespace: str, policy: str) -> None:
         for g in (self.forecast, self.forecast_error, self.desired, self.current,
-                  self.migration, self.degraded, self.interference_index,
-                  self.interference_blind, self.interference_factor,
+                  self.migration, self.degraded, self.would_scale, self.slo_at_risk,
+                  self.interference_index, self.interference_blind, self.interference_factor,
                   self.interference_observations):
             with contextlib.suppress(KeyError):
                 g.remove(namespace, policy)

@@ -8,7 +8,8 @@ node ``LEAVING`` for :data:`LEAVE_S` seconds and then ``DECOMMISSIONED`` (for
 :data:`FORGET_S` seconds: a pod of that ordinal created later is a new node).
 ``setstreamthroughput`` succeeds. Every call is appended to ``calls.log``. While a file
 ``hold-<node>`` exists in that directory, a decommissioned node stays ``LEAVING`` (a test
-holds a decommission open to act during it).
+holds a decommission open to act during it); while a file ``join-hold-<node>`` exists,
+a node that was not decommissioned is ``JOINING`` (a scale-out held open).
 
 The ring a decommission is judged on, as Cassandra 5.0's nodetool prints it: ``status``
 lists nodes 0..k for a call in pod k (a scale-in always leaves from the highest ordinal;
@@ -50,7 +51,7 @@ def main(argv: list[str]) -> int:
         marker.write_text(f"{now}")
         return 0
     if argv[:1] == ["netstats"]:
-        mode = "NORMAL"
+        mode = "JOINING" if (d / f"join-hold-{node}").exists() else "NORMAL"
         if marker.exists():
             age = now - float(marker.read_text())
             if age < LEAVE_S or (d / f"hold-{node}").exists():

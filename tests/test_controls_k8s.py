@@ -1,0 +1,346 @@
+"""Issue 22's controls on a real control plane (kube-apiserver, etcd, controller-manager,
+kwok) with a real Prometheus: the pause annotations (``elastore.io/paused``,
+``paused-replicas``), ``spec.fallback`` on metric failure and ``spec.behavior``'s
+HPA-style policies. kwok's pods run no Cassandra: nodetool is the stand-in
+(testbed.nodetool_standin), whose ``join-hold-<k>`` keeps a scale-out open.
+
+The load, 800 requests/s, wants 5 servers under the built-in lab model; every policy
+starts at 3 (or 5) replicas, so each test knows what the plan would do.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_support import (
+    NODETOOL_STANDIN,
+    CassandraMetrics,
+    OperatorProcess,
+    Prometheus,
+    events,
+    get,
+    persistent_volumes,
+    policy,
+    standin_exec_config,
+    start_control_plane,
+    statefulset,
+    wait_until,
+)
+from testbed.k8s import ControlPlane, free_port
+
+pytestmark = pytest.mark.k8s
+
+NAMESPACES = ["ctl-pause", "ctl-pausedn", "ctl-freeze", "ctl-higher", "ctl-behavior"]
+PAUSED = "elastore.io/paused"
+PAUSED_REPLICAS = "elastore.io/paused-replicas"
+
+
+@pytest.fixture(scope="module")
+def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("standin")
+
+
+@pytest.fixture(scope="module")
+def cp(tmp_path_factory: pytest.TempPathFactory, standin: Path) -> Iterator[ControlPlane]:
+    cp = start_control_plane(tmp_path_factory.mktemp("k8s"), exec_config=standin_exec_config(
+        NAMESPACES, "cass", 8, standin))
+    yield cp
+    cp.stop()
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory, cp: ControlPlane) -> Iterator[Prometheus]:
+    m = CassandraMetrics(rps=800.0)
+    m.follow(cp)
+    p = Prometheus(tmp_path_factory.mktemp("prom"), [m.target])
+    yield p
+    p.close()
+    m.close()
+
+
+@pytest.fixture(scope="module")
+def operator(cp: ControlPlane, prom: Prometheus,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
+    op = OperatorProcess(cp.kubeconfig, tmp_path_factory.mktemp("op") / "op.log")
+    yield op
+    op.stop()
+
+
+def namespace(cp: ControlPlane, name: str, replicas: int, volume: str | None = None) -> str:
+    cp.kubectl("create", "namespace", name)
+    cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas, volume=volume))
+    wait_until(f"{replicas} pods in {name}", lambda: get(cp, "statefulset", "cass", name)
+               .get("status", {}).get("readyReplicas") == replicas, 60)
+    return name
+
+
+def enforce(ns: str, url: str, annotations: dict[str, str] | None = None, **spec: Any
+            ) -> str:
+    fields: dict[str, Any] = {
+        "mode": "Enforce", "controlPeriod": "10s", "replicas": {"min": 3, "max": 8},
+        "prediction": {"method": "persistence", "horizon": "10s", "step": "2s"},
+        "migration": {"nodeOverheadSeconds": 5}, "scaleDown": {"stabilizationSeconds": 0},
+        "metrics": {"prometheus": {"url": url, "rateWindow": "10s"}},
+        "capacityModel": {"learn": False}}
+    doc = json.loads(policy("orders", ns, "cass", nodetool=[sys.executable,
+                                                             str(NODETOOL_STANDIN)],
+                            **{**fields, **spec}))
+    if annotations:
+        doc["metadata"]["annotations"] = annotations
+    return json.dumps(doc)
+
+
+def status(cp: ControlPlane, ns: str) -> dict[str, Any]:
+    return dict(get(cp, "elasticpolicy", "orders", ns).get("status") or {})
+
+
+def cond(st: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next((c for c in st.get("conditions", []) if c["type"] == ctype), {})
+
+
+def replicas(cp: ControlPlane, ns: str) -> int:
+    return int(get(cp, "statefulset", "cass", ns)["spec"]["replicas"])
+
+
+def annotate(cp: ControlPlane, ns: str, *kv: str) -> None:
+    cp.kubectl("annotate", "--overwrite", "elasticpolicy", "orders", "-n", ns, *kv)
+
+
+def reasons(cp: ControlPlane, ns: str) -> list[str]:
+    return [str(e["reason"]) for e in events(cp, ns, "orders")]
+
+
+def plan_wait(cp: ControlPlane, ns: str, margin_s: float = 120.0) -> float:
+    """Seconds until the plan's last action is due, plus a margin: the horizon planner
+    times its steps (one node and its migration, then the next), so a test waits for the
+    plan, not a guess."""
+    acts = (status(cp, ns).get("memory") or {}).get("actions") or []
+    last = max((float(a["atEpoch"]) for a in acts), default=time.time())
+    return max(0.0, last - time.time()) + margin_s
+
+
+def holds(cp: ControlPlane, ns: str, n: int, seconds: float) -> None:
+    """The StatefulSet stays at ``n`` for ``seconds`` (several control periods)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        assert replicas(cp, ns) == n, status(cp, ns)
+        time.sleep(1)
+
+
+# ------------------------------------------------------------------------------------------
+def test_pause_lets_the_step_in_progress_finish_and_starts_nothing(
+        cp: ControlPlane, prom: Prometheus, operator: OperatorProcess, standin: Path) -> None:
+    """A scale-out 3 -> 4 is joining (held by the stand-in) when the policy is paused: the
+    step finishes, no next one starts although the plan wants 5, the status says Paused;
+    unpaused, the policy goes on to 5."""
+    ns = namespace(cp, "ctl-pause", 3)
+    (standin / ns).mkdir(parents=True, exist_ok=True)
+    hold = standin / ns / "join-hold-3"
+    hold.write_text("held by the test")
+    cp.kubectl("apply", "-f", "-", stdin=enforce(ns, prom.url))
+    wait_until("cass-3 joining", lambda: (status(cp, ns).get("operation") or {}).get(
+        "phase") == "Joining", 120)
+    annotate(cp, ns, f"{PAUSED}=true")
+    st = wait_until("the Paused condition", lambda: (s := status(cp, ns)) and
+                    cond(s, "Paused").get("status") == "True" and s, 60)
+    assert st["paused"].get("replicas") is None and st["operation"]["phase"] == "Joining"
+    hold.unlink()  # the node joins: the step in progress finishes
+    st = wait_until("the scale-out to finish", lambda: (s := status(cp, ns)) and
+                    not s.get("operation") and s, 60)
+    assert replicas(cp, ns) == 4
+    holds(cp, ns, 4, 25)  # 2.5 control periods: nothing new
+    st = status(cp, ns)
+    assert st["desiredReplicas"] == 5, st  # the plan still wants 5
+    assert cond(st, "ScalingUp")["reason"] == "Paused", cond(st, "ScalingUp")
+    assert "Paused" in reasons(cp, ns)
+    cp.kubectl("annotate", "elasticpolicy", "orders", "-n", ns, f"{PAUSED}-")
+    wait_until("5 replicas once unpaused", lambda: replicas(cp, ns) == 5, plan_wait(cp, ns))
+    st = status(cp, ns)
+    assert cond(st, "Paused")["status"] == "False" and st.get("paused") is None
+    assert "Resumed" in reasons(cp, ns)
+
+
+def test_paused_replicas_moves_to_the_size_and_holds_it(
+        cp: ControlPlane, prom: Prometheus, operator: OperatorProcess, standin: Path,
+        tmp_path: Path) -> None:
+    """paused-replicas 3 on a policy whose plan wants 5 (at 5): two scale-in steps, each a
+    decommission with its checks, then held at 3; a value that is not a size pauses where
+    it is, said."""
+    # sized volumes: a scale-in checks the free space the survivors would have
+    cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(5, "1Gi", tmp_path / "pv"))
+    ns = namespace(cp, "ctl-pausedn", 5, volume="1Gi")
+    cp.kubectl("apply", "-f", "-", stdin=enforce(ns, prom.url, {PAUSED_REPLICAS: "3"}))
+    wait_until("3 replicas", lambda: replicas(cp, ns) == 3, 150)
+    wait_until("the last step done", lambda: not status(cp, ns).get("operation"), 60)
+    holds(cp, ns, 3, 20)
+    st = status(cp, ns)
+    assert st["paused"]["replicas"] == 3 and st["desiredReplicas"] == 5, st
+    calls = (standin / ns / "calls.log").read_text().splitlines()
+    assert [c.split()[1] for c in calls if c.split()[2:3] == ["decommission"]] == ["4", "3"]
+    assert cond(st, "Paused")["reason"] == "PausedAtReplicas"
+    # not a number: paused where it is, and said (a Warning Event)
+    annotate(cp, ns, f"{PAUSED_REPLICAS}=four")
+    st = wait_until("the bad value said", lambda: (s := status(cp, ns)) and
+                    "not a whole number" in cond(s, "Paused").get("message", "") and s, 60)
+    assert st["paused"].get("replicas") is None
+    holds(cp, ns, 3, 15)
+    # above replicas.max: the same
+    annotate(cp, ns, f"{PAUSED_REPLICAS}=9")
+    wait_until("out of range said", lambda: "outside [3, 8]" in cond(
+        status(cp, ns), "Paused").get("message", ""), 60)
+    holds(cp, ns, 3, 12)
+    assert any(e["reason"] == "Paused" and e["type"] == "Warning"
+               for e in events(cp, ns, "orders"))
+
+
+def _dead_url() -> str:
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+
+def test_fallback_freeze_and_current_replicas_if_higher(
+        cp: ControlPlane, prom: Prometheus, operator: OperatorProcess) -> None:
+    """Two policies at 3 whose plan wants 5, paused while the plan is made; then their
+    Prometheus goes away and they are unpaused. After failureThreshold (2) failed
+    observations the fallback is in force: ``freeze`` holds 3; ``currentReplicasIfHigher``
+    follows the last good plan to 5, and never scales in on missing data (set to 6 by
+    hand, it stays 6). Metrics back: the fallback ends, said."""
+    freeze, higher = namespace(cp, "ctl-freeze", 3), namespace(cp, "ctl-higher", 3)
+    for ns, how in ((freeze, "freeze"), (higher, "currentReplicasIfHigher")):
+        cp.kubectl("apply", "-f", "-", stdin=enforce(
+            ns, prom.url, {PAUSED: "true"},
+            fallback={"failureThreshold": 2, "behavior": how}))
+    for ns in (freeze, higher):
+        wait_until(f"a plan for 5 in {ns}", lambda ns=ns: status(cp, ns).get(
+            "desiredReplicas") == 5 and status(cp, ns)["lastDecision"]["ok"], 90)
+    dead = _dead_url()
+    for ns in (freeze, higher):
+        cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns, "--type", "merge", "-p",
+                   json.dumps({"spec": {"metrics": {"prometheus": {"url": dead}}}}))
+    for ns in (freeze, higher):
+        st = wait_until(f"the fallback in force in {ns}", lambda ns=ns: (s := status(
+            cp, ns)) and (s.get("fallback") or {}).get("active") and s, 90)
+        assert st["fallback"]["failures"] >= 2 and st["fallback"]["actions"], st
+        assert "FallbackActive" in reasons(cp, ns)
+        cp.kubectl("annotate", "elasticpolicy", "orders", "-n", ns, f"{PAUSED}-")
+    # the saved plan times its steps (the horizon planner's: one node, its migration, the
+    # next): 5 by the last action's time
+    last = max(float(a["atEpoch"]) for a in status(cp, higher)["fallback"]["actions"])
+    wait_until("currentReplicasIfHigher at 5", lambda: replicas(cp, higher) == 5,
+               max(0.0, last - time.time()) + 120)
+    st = status(cp, higher)
+    assert cond(st, "Fallback")["reason"] == "FallbackCurrentReplicasIfHigher", st
+    assert not st["lastDecision"]["ok"]  # all of it without a good observation
+    holds(cp, freeze, 3, 5)
+    st = status(cp, freeze)
+    assert cond(st, "Fallback")["reason"] == "FallbackFreeze"
+    assert cond(st, "ScalingUp")["reason"] == "NoEvidence", cond(st, "ScalingUp")
+    # a larger size than the plan's: no scale-in on missing data
+    wait_until("no step in progress", lambda: not status(cp, higher).get("operation"), 60)
+    cp.kubectl("scale", "statefulset", "cass", "-n", higher, "--replicas=6")
+    holds(cp, higher, 6, 25)
+    # Prometheus back: the fallback ends
+    for ns in (freeze, higher):
+        cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns, "--type", "merge", "-p",
+                   json.dumps({"spec": {"metrics": {"prometheus": {"url": prom.url}}}}))
+    for ns in (freeze, higher):
+        wait_until(f"the fallback over in {ns}", lambda ns=ns: cond(
+            status(cp, ns), "Fallback").get("reason") == "Healthy", 90)
+        assert status(cp, ns).get("fallback") is None
+        assert "FallbackEnded" in reasons(cp, ns)
+    wait_until("freeze follows the plan again: 4", lambda: replicas(cp, freeze) == 4, 120)
+
+
+def test_behavior_limits_scale_out_to_one_node_per_hour(
+        cp: ControlPlane, prom: Prometheus, operator: OperatorProcess) -> None:
+    """scaleUp: 1 pod per 3600 s. The plan wants 5 from 3: one node is added, the next is
+    held (BehaviorLimit, with the time it will be allowed); without the policy it goes on."""
+    ns = namespace(cp, "ctl-behavior", 3)
+    limited = {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 3600}]}}
+    cp.kubectl("apply", "-f", "-", stdin=enforce(ns, prom.url, behavior=limited))
+    wait_until("4 replicas", lambda: replicas(cp, ns) == 4, 90)
+    st = wait_until("the BehaviorLimit", lambda: (s := status(cp, ns)) and cond(
+        s, "ScalingUp").get("reason") == "BehaviorLimit" and s, 60)
+    assert "the next is allowed at" in cond(st, "ScalingUp")["message"]
+    assert len(st["scaleEvents"]) == 1 and st["scaleEvents"][0][1] == 1, st
+    holds(cp, ns, 4, 20)
+    cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns, "--type", "merge", "-p",
+               json.dumps({"spec": {"behavior": {"scaleUp": {"policies": []}}}}))
+    wait_until("5 replicas without the limit", lambda: replicas(cp, ns) == 5,
+               plan_wait(cp, ns))
+
+
+def test_backtest_replays_the_range_from_prometheus(
+        cp: ControlPlane, prom: Prometheus, operator: OperatorProcess, tmp_path: Path) -> None:
+    """``elastore operator backtest`` over the last minutes of ctl-behavior's series in the
+    real Prometheus: the periods before its pods existed have no metrics (a row with the
+    reason, never a zero); then it decides on the 800 req/s that want 5 servers: would
+    scale out, the SLO at risk at 3 and 4 nodes; the operator's own gauges say the same."""
+    ns = "ctl-behavior"
+    created = json.loads(cp.kubectl("get", "namespace", ns, "-o", "json").stdout)[
+        "metadata"]["creationTimestamp"]
+    from datetime import UTC, datetime, timedelta
+
+    t0 = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) - \
+        timedelta(seconds=30)
+    t1 = datetime.now(UTC)
+    doc = json.loads(enforce(ns, prom.url))
+    pol = tmp_path / "policy.json"
+    pol.write_text(json.dumps(doc))
+    res = subprocess.run(
+        [sys.executable, "-m", "elastore", "operator", "backtest", "-f", str(pol),
+         "--from", t0.strftime("%Y-%m-%d %H:%M:%S"), "--to", t1.strftime("%Y-%m-%d %H:%M:%S"),
+         "--json"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    rows, summary = out["rows"], out["summary"]
+    assert summary["periods"] == len(rows) >= 10, summary
+    missing = [r for r in rows if not r["ok"]]
+    assert missing and all(r["load_rps"] is None and r["would_scale"] == 0 for r in missing)
+    assert rows[0]["ok"] is False  # before the namespace's pods: no series, said
+    decided = [r for r in rows if r["ok"]]
+    assert len(decided) >= 5, summary
+    assert all(abs(r["load_rps"] - 800) < 80 for r in decided[-3:]), decided[-3:]
+    assert all(r["desired_replicas"] == 5 for r in decided[-3:]), decided[-3:]
+    assert any(r["would_scale"] == 1 and r["replicas"] in (3, 4) for r in decided), decided
+    assert all(r["slo_at_risk"] == (r["replicas"] < 5) for r in decided), decided
+    assert "online learning" not in " ".join(out["notes"])  # learn: false in this policy
+    # the operator exports the same judgement live
+    text = operator.metrics()
+    assert f'elastore_slo_at_risk{{namespace="{ns}",policy="orders"}}' in text
+    assert f'elastore_would_scale{{namespace="{ns}",policy="orders"}}' in text
+
+
+def test_backtest_refuses_bad_input_clearly(tmp_path: Path) -> None:
+    pol = tmp_path / "p.json"
+    pol.write_text(json.dumps({"target": {"name": "db", "replicationFactor": 3},
+                               "replicas": {"min": 3, "max": 6}, "slo": {"latencyMs": 50},
+                               "metrics": {"prometheus": {"url": _dead_url()}}}))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "elastore", "operator", "backtest",
+                               "-f", str(pol), *args], capture_output=True, text=True,
+                              timeout=120)
+
+    res = run("--from", "2026-11-20 10:00", "--to", "2026-11-20 09:00")
+    assert res.returncode != 0 and "must be after" in res.stderr, res.stderr
+    res = run("--from", "2026-01-01", "--to", "2026-12-31")
+    assert res.returncode != 0 and "shorten the range" in res.stderr, res.stderr
+    # Prometheus unreachable: every period a row without a decision, not a crash or a 0
+    res = run("--from", "2026-11-20 10:00", "--to", "2026-11-20 10:30", "--json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["summary"]["decided"] == 0 and out["summary"]["failed"] == 4
+    assert all("PrometheusUnreachable" in r["reason"] for r in out["rows"]), out["rows"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: ConfigMap\nmetadata: {name: x}\n")
+    res = subprocess.run([sys.executable, "-m", "elastore", "operator", "backtest", "-f",
+                          str(bad), "--from", "2026-11-20", "--to", "2026-11-21"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0 and "not an ElasticPolicy" in res.stderr, res.stderr
