@@ -18,7 +18,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from elastore.actuators.nodetool import Ring, failure_summary, parse_mode, read_ring
+from elastore.actuators.nodetool import (
+    Ring,
+    compaction_tasks,
+    failure_summary,
+    parse_compaction_throughput,
+    parse_mode,
+    parse_size,
+    read_ring,
+    repair_activity,
+)
+from elastore.actuators.ports import StatefulSetFacts
 from elastore.actuators.tc import HtbShaper
 from elastore.errors import ElastoreError
 from elastore.lab import lab, netns
@@ -503,6 +513,201 @@ def test_decommission_refuses_below_rf(cluster: Path) -> None:
     assert str(err.value).endswith("and only 1 node(s) would remain")
     after = lab.LabState.load(cluster)
     assert after is not None and len(after.nodes) == 2  # nothing was touched
+
+
+class LabScalePort(LabPort):
+    """:class:`LabPort` whose StatefulSet is the lab itself: a scale-out starts a real node
+    (``elastore lab add-node``, in a thread: the pod boots while the loop ticks), a scale-in
+    stops the node that left the ring; pod ``db-k`` is ready once node k+1 runs. Cleanup,
+    compactions, repairs and the compaction throttle are real nodetool calls. Test-only."""
+
+    def __init__(self, d: Path, state: lab.LabState) -> None:
+        super().__init__(state, lambda: None)
+        self.d = d
+        self.spec_replicas = len(state.nodes)
+        self.adding: threading.Thread | None = None
+        self.cleanups_state: dict[str, str] = {}
+
+    def _state(self) -> lab.LabState:
+        st = lab.LabState.load(self.d)
+        assert st is not None
+        self.state = st
+        return st
+
+    def _up(self, k: int) -> bool:
+        return k < self.spec_replicas and any(x.n == k + 1 for x in self._state().nodes) and \
+            (self.adding is None or not self.adding.is_alive() or k + 1 < self.spec_replicas)
+
+    def _ordinal(self, ns: str, pod: str) -> int | None:
+        k = int(pod.rsplit("-", 1)[1]) if pod.rsplit("-", 1)[-1].isdigit() else None
+        return k if k is not None and k < self.spec_replicas else None
+
+    def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
+        ready = sum(self._up(k) for k in range(self.spec_replicas))
+        return StatefulSetFacts("db", self.spec_replicas, ready, self.spec_replicas, None, GIB,
+                                True)
+
+    def scale(self, ns: str, name: str, replicas: int, expect: int) -> None:
+        assert self.spec_replicas == expect
+        self.calls.append((self.now_s, f"scale {replicas}"))
+        if replicas > self.spec_replicas:
+            self.adding = threading.Thread(target=lab.add_node, args=(self.d,), daemon=True)
+            self.adding.start()
+        else:  # the operator lowers replicas only after the node left the ring
+            for k in range(replicas, self.spec_replicas):
+                lab.remove_node(k + 1, d=self.d)
+        self.spec_replicas = replicas
+
+    def pod(self, ns: str, name: str) -> tuple[bool, bool]:
+        k = self._ordinal(ns, name)
+        return (False, False) if k is None else (True, self._up(k))
+
+    def pod_identity(self, ns: str, name: str, container: str) -> str | None:
+        k = self._ordinal(ns, name)
+        return f"lab-{k}" if k is not None and self._up(k) else None
+
+    def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
+                  ) -> str | None:
+        k = self._ordinal(ns, pod)
+        if k is None or not any(x.n == k + 1 for x in self._state().nodes):
+            return None
+        try:
+            return parse_mode(_nodetool(self.state, k + 1)("netstats"))
+        except ElastoreError:
+            return None  # a node still starting: not answering
+
+    def start_cleanup(self, ns: str, pod: str, container: str,
+                      nodetool: tuple[str, ...]) -> None:
+        self.calls.append((self.now_s, f"cleanup {pod}"))
+        run = _nodetool(self.state, self._n(pod))
+
+        def go() -> None:
+            try:
+                run("cleanup")
+                self.cleanups_state[pod] = "done"
+            except ElastoreError as exc:
+                self.cleanups_state[pod] = f"failed: {exc}"
+
+        self.cleanups_state[pod] = "running"
+        threading.Thread(target=go, daemon=True).start()
+
+    def cleanup_state(self, ns: str, pod: str) -> str | None:
+        return self.cleanups_state.get(pod)
+
+    def cleanup_running(self, ns: str, pod: str, container: str,
+                        nodetool: tuple[str, ...]) -> bool | None:
+        return "Cleanup" in compaction_tasks(_nodetool(self.state, self._n(pod))(
+            "compactionstats"))
+
+    def repair_running(self, ns: str, pod: str, container: str,
+                       nodetool: tuple[str, ...]) -> str | None:
+        run = _nodetool(self.state, self._n(pod))
+        return repair_activity(run("compactionstats"), run("netstats"))
+
+    def compaction_throughput(self, ns: str, pod: str, container: str,
+                              nodetool: tuple[str, ...]) -> float:
+        return parse_compaction_throughput(_nodetool(self.state, self._n(pod))(
+            "getcompactionthroughput"))
+
+    def set_compaction_throughput(self, ns: str, pod: str, container: str,
+                                  nodetool: tuple[str, ...], mibps: float) -> float:
+        from elastore.lab.cassandra import ensure_jars
+        from elastore.lab.cassandra import nodetool as run_nodetool
+
+        whole = 0 if mibps == 0 else max(1, round(mibps))
+        node = next(x for x in self.state.nodes if x.n == self._n(pod))
+        res = run_nodetool(self.state.node_ns(node), ensure_jars(), node.spec.jmx_port,
+                           "setcompactionthroughput", str(whole))
+        if res.returncode != 0:
+            raise ElastoreError(f"setcompactionthroughput exited {res.returncode}")
+        self.calls.append((self.now_s, f"setcompactionthroughput {whole} {pod}"))
+        return float(whole)
+
+
+def _own_load(state: lab.LabState, n: int) -> float:
+    """Node n's load as it reports it itself (``nodetool info``: gossip lags others' view)."""
+    out = _nodetool(state, n)("info")
+    line = next(x for x in out.splitlines() if x.startswith("Load"))
+    return parse_size(line.split(":", 1)[1])
+
+
+def test_a_scale_out_is_followed_by_cleanup_and_a_scale_in_waits_for_it(cluster: Path) -> None:
+    """Issue 22 on real Cassandra: 2 -> 3 nodes (RF 2: each old node then owns about 2/3 of
+    the data it holds), asked for with elastore.io/paused-replicas. After the join the
+    operator runs nodetool cleanup on node 1, then node 2, each throttled to the migration
+    rate and its own compaction throttle put back; their loads drop to their share. A
+    scale-in asked for during the cleanup (paused-replicas 2) starts only after it."""
+    from elastore.operator.controls import PAUSED_REPLICAS_ANNOTATION
+
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 2
+    lab.cql(state, "alter-system-rf", "2")
+    port = LabScalePort(cluster, state)
+    before = {n.n: _own_load(state, n.n) for n in state.nodes}
+    throttles = {n.n: port.compaction_throughput("shop", f"db-{n.n - 1}", "", ()) for n in
+                 state.nodes}
+    spec = {"target": {"name": "db", "replicationFactor": 2}, "replicas": {"min": 2, "max": 3},
+            "slo": {"latencyMs": 30}, "mode": "Enforce", "controlPeriod": "60s",
+            "prediction": {"method": "persistence", "horizon": "60s", "step": "60s"},
+            "planner": {"mode": "Window"}, "scaleDown": {"stabilizationSeconds": 0},
+            "migration": {"nodeOverheadSeconds": 0, "maxMiBps": 4},
+            "capacityModel": {"learn": False},
+            "metrics": {"prometheus": {"url": "http://127.0.0.1:1"}}}
+    policies = MemoryPolicies.of("shop", "orders", spec)
+    annotations = policies.body["metadata"].setdefault("annotations", {})
+    annotations[PAUSED_REPLICAS_ANNOTATION] = "3"
+    metrics = TraceMetrics(lambda t: 10.0, 0.95, lambda: GIB, -7200.0, 1e9)
+    ms = ModelSet.load(builtin_model("placeholder"))
+    runner = Runner("shop", "orders", policies, port, lambda _spec: ms,
+                    clock=lambda: port.now_s, source=lambda _spec, _ns: metrics)
+    phases: list[tuple[float, str]] = []
+    asked_down_at: float | None = None
+    t_end = time.monotonic() + 900
+    while time.monotonic() < t_end:
+        runner.tick()
+        op = policies.status.get("operation") or {}
+        if op.get("phase") and (not phases or phases[-1][1] != op["phase"]):
+            phases.append((port.now_s, op["phase"]))
+        if op.get("phase") == "CleaningUp" and asked_down_at is None:
+            annotations[PAUSED_REPLICAS_ANNOTATION] = "2"  # a scale-in asked for now
+            asked_down_at = port.now_s
+            after_join = {n: _own_load(port.state, n) for n in before}
+        if any(c.startswith("decommission") for _, c in port.calls):
+            break
+        port.now_s += 5.0
+        time.sleep(2.0)
+    # the scale-in finishes (the node left the ring in that tick): replicas 2, node 3 gone
+    while policies.status.get("operation") and time.monotonic() < t_end + 300:
+        port.now_s += 5.0
+        runner.tick()
+    calls = [(t, c) for t, c in port.calls if not c.startswith("setstream")]
+    print("phases:", phases, "\ncalls:", calls)
+    assert port.spec_replicas == 2 and policies.status.get("operation") is None, \
+        policies.status
+    assert asked_down_at is not None, (phases, policies.status)
+    cleaned = [c for _, c in calls if c.startswith("cleanup")]
+    assert cleaned == ["cleanup db-0", "cleanup db-1"], calls
+    # the scale-in began only once both cleanups had ended (the ScaleOut was Done)
+    t_down = next(t for t, c in calls if c.startswith("decommission"))
+    t_done = max(t for t, p in phases if p == "CleaningUp")
+    assert t_down > t_done >= asked_down_at, (phases, calls)
+    reasons = [r for r, _, _ in policies.events]
+    assert reasons.count("CleanupStarted") == 2 and "ScaleOutDone" in reasons, reasons
+    # throttled to the migration rate (4 MiB/s at most here), then each node's own put back
+    sets = [c for _, c in calls if c.startswith("setcompactionthroughput")]
+    assert len(sets) == 4, sets
+    for n in before:
+        assert port.compaction_throughput("shop", f"db-{n - 1}", "", ()) == throttles[n]
+    st = lab.LabState.load(cluster)
+    assert st is not None
+    after = {n: _own_load(st, n) for n in before}
+    print("old nodes' loads (MiB): before", {n: round(v / 2**20, 1) for n, v in before.items()},
+          "after the join", {n: round(v / 2**20, 1) for n, v in after_join.items()},
+          "after cleanup", {n: round(v / 2**20, 1) for n, v in after.items()})
+    for n in before:
+        # RF 2 on 3 nodes: each owns about 2/3 (16 random vnode tokens: 0.5-0.85 of it)
+        assert 0.45 * before[n] < after[n] < 0.85 * before[n], (before, after_join, after)
+        assert after_join[n] > 0.9 * before[n]  # the join alone removed nothing
 
 
 def test_ring_refuses_while_a_node_is_down_on_real_cassandra(cluster: Path) -> None:

@@ -37,7 +37,8 @@ from testbed.k8s import ControlPlane, free_port
 
 pytestmark = pytest.mark.k8s
 
-NAMESPACES = ["ctl-pause", "ctl-pausedn", "ctl-freeze", "ctl-higher", "ctl-behavior"]
+NAMESPACES = ["ctl-pause", "ctl-pausedn", "ctl-freeze", "ctl-higher", "ctl-behavior",
+              "ctl-repair"]
 PAUSED = "elastore.io/paused"
 PAUSED_REPLICAS = "elastore.io/paused-replicas"
 
@@ -155,6 +156,15 @@ def test_pause_lets_the_step_in_progress_finish_and_starts_nothing(
     st = wait_until("the scale-out to finish", lambda: (s := status(cp, ns)) and
                     not s.get("operation") and s, 60)
     assert replicas(cp, ns) == 4
+    # it finished with cleanup on the three old nodes, in order, each throttled (its own
+    # 64 MiB/s read first) and put back: pods/exec into each pod's nodetool
+    calls = [c.split()[1:] for c in (standin / ns / "calls.log").read_text().splitlines()]
+    assert [k for k, *cmd in calls if cmd == ["cleanup"]] == ["0", "1", "2"], calls
+    for k in "012":
+        mine = [cmd for n, *cmd in calls if n == k and "compactionthroughput" in cmd[0]]
+        assert mine[0] == ["getcompactionthroughput"] and mine[-1] == [
+            "setcompactionthroughput", "64"] and len(mine) == 3, mine
+    assert reasons(cp, ns).count("CleanupStarted") == 3
     holds(cp, ns, 4, 25)  # 2.5 control periods: nothing new
     st = status(cp, ns)
     assert st["desiredReplicas"] == 5, st  # the plan still wants 5
@@ -344,3 +354,22 @@ def test_backtest_refuses_bad_input_clearly(tmp_path: Path) -> None:
                           str(bad), "--from", "2026-11-20", "--to", "2026-11-21"],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode != 0 and "not an ElasticPolicy" in res.stderr, res.stderr
+
+
+def test_a_repair_lets_a_scale_out_through_only_with_the_slo_at_risk(
+        cp: ControlPlane, prom: Prometheus, operator: OperatorProcess, standin: Path) -> None:
+    """Node 1 shows a repair (a Validation task in its compactionstats, through pods/exec).
+    The plan wants 5 at 3: the forecast misses the SLO at 3 servers, so the scale-out
+    starts anyway and a RepairOverridden Warning says so. (A held step, and a scale-in
+    never let through: tests/test_cleanup.py on the simulated cluster.)"""
+    ns = "ctl-repair"
+    (standin / ns).mkdir(parents=True, exist_ok=True)
+    (standin / ns / "repair-1").write_text("a Validation compaction")
+    namespace(cp, ns, 3)
+    cp.kubectl("apply", "-f", "-", stdin=enforce(ns, prom.url, scaleUp={"cleanup": False}))
+    wait_until("4 replicas", lambda: replicas(cp, ns) == 4, 120)
+    warn = [e for e in events(cp, ns, "orders") if e["reason"] == "RepairOverridden"]
+    assert warn and warn[0]["type"] == "Warning" and "cass-1: 1 Validation task(s)" in \
+        warn[0]["message"], warn
+    calls = (standin / ns / "calls.log").read_text()
+    assert " cleanup" not in calls  # spec.scaleUp.cleanup: false

@@ -97,6 +97,8 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.fallback.failureThreshold": lambda p: p.fallback_threshold,
     "spec.fallback.behavior": lambda p: p.fallback_behavior,
     "spec.scaleDown.pvcPolicy": lambda p: p.pvc_policy,
+    "spec.scaleUp.cleanup": lambda p: p.cleanup,
+    "spec.repairs.hold": lambda p: p.hold_for_repairs,
     "spec.scaleDown.minFreeFraction": lambda p: p.min_free_fraction,
     "spec.scaleDown.compactionMargin": lambda p: p.compaction_margin,
 }

@@ -297,8 +297,12 @@ def test_scale_out_sets_replicas_then_waits_for_the_node_to_join() -> None:
     assert (eff, done, op.phase) == ("none", False, "Joining")
     op, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 3.0)
     assert (eff, done) == ("none", False) and "JOINING" in op.message
+    joined, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="NORMAL"), 4.0,
+                                          cleanup=False)
+    assert (eff, done, joined.phase) == ("none", True, "Done")
+    # with cleanup (the default) the old nodes are cleaned next: tests/test_cleanup.py
     op, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="NORMAL"), 4.0)
-    assert (eff, done, op.phase) == ("none", True, "Done")
+    assert (eff, done, op.phase, op.cleanup_pod()) == ("cleanup", False, "CleaningUp", "db-0")
 
 
 def test_scale_in_decommissions_then_lowers_replicas_then_cleans_up() -> None:

@@ -48,8 +48,10 @@ class Rig:
     planner by default: its decisions are the simplest to follow step by step."""
 
     def __init__(self, ms: ModelSet, load: Callable[[float], float], mode: str = "Enforce",
-                 start_s: float = -3600.0, planner: str = "Window") -> None:
+                 start_s: float = -3600.0, planner: str = "Window",
+                 spec_patch: dict[str, Any] | None = None) -> None:
         spec = copy.deepcopy(SPEC)
+        spec.update(spec_patch or {})
         spec["mode"] = mode
         spec["planner"] = {"mode": planner, "lookahead": "2h"}
         self.cluster = Cluster.balanced(3, 3 * GIB, boot_s=30.0)

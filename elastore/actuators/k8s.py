@@ -23,9 +23,13 @@ from typing import Any
 
 from elastore.actuators.nodetool import (
     Ring,
+    compaction_setting,
+    compaction_tasks,
     failure_summary,
+    parse_compaction_throughput,
     parse_mode,
     read_ring,
+    repair_activity,
     stream_setting,
 )
 from elastore.actuators.ports import (
@@ -79,6 +83,8 @@ class KubeActuator:
         self.core = client.CoreV1Api(api_client)
         #: why a decommission issued by this process failed, per (namespace, pod)
         self._failures: dict[tuple[str, str], str] = {}
+        #: the cleanups this process issued: "running", "done" or "failed: <why>"
+        self._cleanups: dict[tuple[str, str], str] = {}
 
     # -- StatefulSets -------------------------------------------------------------------------
     def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
@@ -406,6 +412,70 @@ class KubeActuator:
 
     def decommission_failure(self, ns: str, pod: str) -> str | None:
         return self._failures.get((ns, pod))
+
+    # -- cleanup and repairs ------------------------------------------------------------------
+    def start_cleanup(self, ns: str, pod: str, container: str,
+                      nodetool: tuple[str, ...]) -> None:
+        """Issue ``nodetool cleanup`` without waiting for it (hours on a large node); its
+        outcome is :meth:`cleanup_state`'s."""
+        key = (ns, pod)
+
+        def run() -> None:
+            try:
+                res = self.nodetool(ns, pod, container, nodetool, "cleanup",
+                                    timeout_s=7 * 24 * 3600)
+                said = failure_summary(res.stdout, res.stderr)
+                log.info("cleanup of %s/%s returned %s: %s", ns, pod, res.rc, said)
+                self._cleanups[key] = "done" if res.rc == 0 else \
+                    f"failed: nodetool cleanup exited {res.rc}: {said}"
+            except ElastoreError as exc:
+                log.warning("cleanup of %s/%s: %s", ns, pod, exc)
+                self._cleanups[key] = f"failed: {str(exc)[:500]}"
+
+        self._cleanups[key] = "running"
+        threading.Thread(target=run, name=f"cleanup {pod}", daemon=True).start()
+
+    def cleanup_state(self, ns: str, pod: str) -> str | None:
+        return self._cleanups.get((ns, pod))
+
+    def _nodetool_out(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...],
+                      *args: str) -> str:
+        res = self.nodetool(ns, pod, container, nodetool, *args, timeout_s=60)
+        if res.rc != 0:
+            raise ElastoreError(f"nodetool {' '.join(args)} in {ns}/{pod} exited {res.rc}: "
+                                f"{failure_summary(res.stdout, res.stderr, 300)}")
+        return res.stdout
+
+    def cleanup_running(self, ns: str, pod: str, container: str,
+                        nodetool: tuple[str, ...]) -> bool | None:
+        """Whether the node's ``compactionstats`` lists a Cleanup (None: unreadable)."""
+        try:
+            out = self._nodetool_out(ns, pod, container, nodetool, "compactionstats")
+            return "Cleanup" in compaction_tasks(out)
+        except ElastoreError as exc:
+            log.info("compactionstats in %s/%s: %s", ns, pod, exc)
+            return None
+
+    def repair_running(self, ns: str, pod: str, container: str,
+                       nodetool: tuple[str, ...]) -> str | None:
+        """What shows a repair on the node (:func:`repair_activity`), or None; raises when
+        it cannot be read (unknown is not "none")."""
+        return repair_activity(
+            self._nodetool_out(ns, pod, container, nodetool, "compactionstats"),
+            self._nodetool_out(ns, pod, container, nodetool, "netstats"))
+
+    def compaction_throughput(self, ns: str, pod: str, container: str,
+                              nodetool: tuple[str, ...]) -> float:
+        """The node's compaction throttle in MiB/s (0: unthrottled)."""
+        return parse_compaction_throughput(
+            self._nodetool_out(ns, pod, container, nodetool, "getcompactionthroughput"))
+
+    def set_compaction_throughput(self, ns: str, pod: str, container: str,
+                                  nodetool: tuple[str, ...], mibps: float) -> float:
+        """Set the node's compaction throttle (0: unthrottled); the MiB/s set."""
+        args, applied = (["0"], 0.0) if mibps == 0 else compaction_setting(mibps)
+        self._nodetool_out(ns, pod, container, nodetool, "setcompactionthroughput", *args)
+        return applied
 
     def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
         """The cluster as the node in ``pod`` sees it: ``nodetool status``,

@@ -179,3 +179,67 @@ def read_ring(run: Callable[[str], str]) -> Ring:
     ``run(cmd)`` returns nodetool's output or raises."""
     return Ring(tuple(parse_status(run("status"))), parse_keyspaces(run("describecluster")),
                 parse_host_id(run("info")))
+
+
+# -- compactions: cleanup and repair ---------------------------------------------------------------
+#: compactionstats' task types that mean a repair is running on the node (a validation
+#: compaction builds a repair's Merkle trees; anticompaction splits repaired from unrepaired
+#: data after an incremental repair): OperationType in Cassandra's source
+REPAIR_TASKS = ("Validation", "Anticompaction", "Anti-compaction")
+_COMPACTION_ROW = re.compile(r"^\s*([0-9a-f]{8}-[0-9a-f-]{27})\s+(\S+(?:\s\S+)?)\s+(\S+)\s+")
+
+
+def compaction_tasks(compactionstats: str) -> list[str]:
+    """The type of every task ``nodetool compactionstats`` lists (``Compaction``,
+    ``Cleanup``, ``Validation``, ...): its table's rows begin with the task's id (a UUID),
+    then the type. Raises on output that is not compactionstats'."""
+    text = compactionstats or ""
+    if "pending tasks" not in text:
+        raise ElastoreError(f"not nodetool compactionstats output: {text[:200]!r}")
+    out = []
+    for line in text.splitlines():
+        m = _COMPACTION_ROW.match(line)
+        if m:
+            kind = m.group(2)
+            # "Cleanup ks tbl": the type is one word unless it is one of the two-word ones
+            out.append(kind if kind in ("Index build", "View build", "Tombstone Compaction")
+                       else kind.split()[0])
+    return out
+
+
+_REPAIR_SESSION = re.compile(r"^\s*Repair\s+[0-9a-f]{8}-", re.MULTILINE)
+
+
+def repair_activity(compactionstats: str, netstats: str) -> str | None:
+    """What shows a repair running on this node, or None: a validation or anticompaction in
+    ``compactionstats``, or a ``Repair <id>`` streaming session in ``netstats``."""
+    tasks = [x for x in compaction_tasks(compactionstats) if x in REPAIR_TASKS]
+    said = []
+    if tasks:
+        said.append(f"{len(tasks)} {'/'.join(sorted(set(tasks)))} task(s) in compactionstats")
+    sessions = len(_REPAIR_SESSION.findall(netstats or ""))
+    if sessions:
+        said.append(f"{sessions} repair streaming session(s) in netstats")
+    return "; ".join(said) or None
+
+
+_COMPACTION_THROUGHPUT = re.compile(r"Current compaction throughput[^:]*:\s*([0-9.]+)\s*"
+                                    r"(MiB/s|MB/s|KiB/s)?", re.IGNORECASE)
+
+
+def parse_compaction_throughput(text: str) -> float:
+    """``nodetool getcompactionthroughput`` in MiB/s (0: unthrottled)."""
+    m = _COMPACTION_THROUGHPUT.search(text or "")
+    if not m:
+        raise ElastoreError(f"unreadable getcompactionthroughput output: {text[:200]!r}")
+    value = float(m.group(1))
+    return value / 1024 if (m.group(2) or "").lower() == "kib/s" else value
+
+
+def compaction_setting(mibps: float) -> tuple[list[str], float]:
+    """``setcompactionthroughput``'s argument (whole MiB/s, at least 1: 0 unthrottles) and
+    the MiB/s it sets."""
+    if not mibps > 0:
+        raise ElastoreError(f"compaction throughput must be > 0 MiB/s, got {mibps}")
+    whole = max(1, round(mibps))
+    return [str(whole)], float(whole)

@@ -120,6 +120,30 @@ class ClusterPort(Protocol):
         """Why the last decommission issued in this pod failed (its exit code and the tail
         of its output); None while it runs, once it succeeded, or if none was issued."""
 
+    def start_cleanup(self, ns: str, pod: str, container: str,
+                      nodetool: tuple[str, ...]) -> None:
+        """Issue ``nodetool cleanup`` in the pod without waiting for it."""
+
+    def cleanup_state(self, ns: str, pod: str) -> str | None:
+        """The last cleanup this process issued in the pod: "running", "done" or
+        "failed: <why>"; None if it issued none."""
+
+    def cleanup_running(self, ns: str, pod: str, container: str,
+                        nodetool: tuple[str, ...]) -> bool | None:
+        """Whether the node's compactions include a Cleanup; None if unreadable."""
+
+    def repair_running(self, ns: str, pod: str, container: str,
+                       nodetool: tuple[str, ...]) -> str | None:
+        """What shows a repair running on the node, or None; raises if unreadable."""
+
+    def compaction_throughput(self, ns: str, pod: str, container: str,
+                              nodetool: tuple[str, ...]) -> float:
+        """The node's compaction throttle, MiB/s (0: unthrottled); raises if unreadable."""
+
+    def set_compaction_throughput(self, ns: str, pod: str, container: str,
+                                  nodetool: tuple[str, ...], mibps: float) -> float:
+        """Set the node's compaction throttle (0: unthrottled); the MiB/s set."""
+
     def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
         """The cluster as the node in ``pod`` sees it (raises if nodetool fails)."""
 

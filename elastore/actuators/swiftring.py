@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -103,17 +104,25 @@ def scan_device(device_root: Path, kind: str) -> dict[int, int]:
     base = device_root / DATA_DIRS[kind]
     if not base.is_dir():
         return out
-    for part in base.iterdir():
-        if not part.name.isdigit():
-            continue
+    try:
+        parts = [p for p in base.iterdir() if p.name.isdigit()]
+    except FileNotFoundError:  # the device went while we looked
+        return out
+    for part in parts:
         size = 0
-        for f in part.rglob("*"):
-            try:
-                if f.is_file() and not f.name.endswith((".pkl", ".lock")):
-                    size += f.stat().st_size
-            except OSError:  # replicated away while we looked
-                continue
-        out[int(part.name)] = size
+        # os.walk, not Path.rglob: the replicator deletes a partition's directories while we
+        # walk them (a handoff pushed away), and rglob raises on a directory gone between its
+        # listing and its scan; os.walk skips it (onerror ignores), which is what it means
+        for root, _dirs, files in os.walk(part):
+            for name in files:
+                if name.endswith((".pkl", ".lock")):
+                    continue
+                try:
+                    size += os.stat(os.path.join(root, name)).st_size
+                except OSError:  # replicated away while we looked
+                    continue
+        if size or part.is_dir():
+            out[int(part.name)] = size
     return out
 
 

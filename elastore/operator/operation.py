@@ -8,7 +8,15 @@ may be gone) or guarded (a decommission is issued only while the node is NORMAL 
 issued within the last ``REISSUE_AFTER_S``), so an operator killed at any point resumes
 from the status: it never repeats a step the cluster has taken, and never abandons one.
 
-Scale-out: ``Scaling`` (replicas + 1) -> ``Joining`` (until the new node is NORMAL).
+Scale-out: ``Scaling`` (replicas + 1) -> ``Joining`` (until the new node is NORMAL) ->
+``CleaningUp``: ``nodetool cleanup`` on each old node, one at a time (ordinal 0 first), so
+that they drop the ranges they no longer own. Until it has run everywhere the operation is
+not done, so no scale-in starts: a node removed before cleanup hands its stale copies back
+to the ring, and deleted data can come back (cass-operator #722); a scale-in during cleanup
+broke the cleanup there (#902). A further *scale-out* may supersede it (the runner: cleanup
+takes hours on large nodes and must not hold a resize, #496): the new step's cleanup covers
+every old node again. A cleanup re-run on a node already clean rewrites nothing (Cassandra
+skips SSTables that hold only owned ranges), so re-issuing after a restart is safe.
 Scale-in: ``Decommissioning`` (decommission the highest ordinal, until DECOMMISSIONED, i.e.
 LEFT the ring) -> ``Scaling`` (replicas - 1, until the pod is gone) -> ``Cleanup`` (the PVC
 per policy; retained by default).
@@ -34,7 +42,8 @@ from typing import Any, Literal
 from elastore.errors import ElastoreError
 from elastore.operator.status import iso
 
-Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck"]
+Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck",
+                 "cleanup"]
 #: the ring mode of a node whose decommission failed (Cassandra 5.0+; netstats' ``Mode:``)
 DECOMMISSION_FAILED = "DECOMMISSION_FAILED"
 REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
@@ -45,15 +54,19 @@ DEADLINE_MARGIN_S = 900.0
 
 
 def expected_seconds(kind: str, replicas: int, data_bytes: float | None, mibps: float,
-                     overhead_s: float) -> float:
+                     overhead_s: float, cleanup: bool = False) -> float:
     """What the migration-time model expects one node step to take: the node's overhead
     (boot and join, or the decommission's own) plus its data at the migration rate in force
-    (a joining node receives D/(n+1); a leaving one sends its D/n, one sender)."""
+    (a joining node receives D/(n+1); a leaving one sends its D/n, one sender). With
+    ``cleanup`` a scale-out's old nodes then rewrite their data one at a time, throttled to
+    the same rate: n nodes x D/n = D more."""
     from elastore.units import MIB
 
     if data_bytes is None or not data_bytes > 0 or not mibps > 0:
         return overhead_s
     share = data_bytes / (replicas + 1) if kind == "ScaleOut" else data_bytes / replicas
+    if cleanup and kind == "ScaleOut":
+        share += data_bytes
     return overhead_s + share / (mibps * MIB)
 
 @dataclass(frozen=True)
@@ -68,6 +81,11 @@ class Facts:
     pvc_exists: bool | None = None  # None: not looked at / no volume template
     pvc_marked: bool = False  # it carries the operator's mark that its node left the ring
     decommission_failed: str | None = None  # the issued decommission exited non-zero: why
+    #: the cleanup on the node at ``cleanup_ordinal`` as this process issued it: "running",
+    #: "done", "failed: <why>"; None when this process issued none there (it restarted)
+    cleanup: str | None = None
+    #: that node's compactionstats shows a Cleanup task (None: it could not be read)
+    cleanup_seen: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,17 @@ class OperationState:
     decommission_issued_s: float | None = None
     pvc: str | None = None
     deadline_s: float | None = None  # past it, the operation is Stuck
+    cleanup_ordinal: int | None = None  # CleaningUp: the old node being cleaned
+    cleanup_issued_s: float | None = None
+    #: the cleaning node's compaction throttle before the cleanup set it (MiB/s; 0:
+    #: unthrottled), put back when its cleanup ends
+    cleanup_restore_mibps: float | None = None
+
+    def cleanup_pod(self) -> str | None:
+        """The pod of the node being cleaned up (the operation's pod is the new one)."""
+        if self.cleanup_ordinal is None:
+            return None
+        return f"{self.pod.rsplit('-', 1)[0]}-{self.cleanup_ordinal}"
 
     def to_status(self) -> dict[str, Any]:
         return {"kind": self.kind, "fromReplicas": self.from_replicas,
@@ -93,7 +122,11 @@ class OperationState:
                 "expectedEndEpoch": round(self.expected_end_s, 3), "message": self.message,
                 "decommissionIssuedEpoch": self.decommission_issued_s, "pvc": self.pvc,
                 "deadlineEpoch": None if self.deadline_s is None else round(self.deadline_s, 3),
-                "deadline": None if self.deadline_s is None else iso(self.deadline_s)}
+                "deadline": None if self.deadline_s is None else iso(self.deadline_s),
+                "cleanupOrdinal": self.cleanup_ordinal,
+                "cleanupIssuedEpoch": None if self.cleanup_issued_s is None
+                else round(self.cleanup_issued_s, 3),
+                "cleanupRestoreMiBps": self.cleanup_restore_mibps}
 
     @classmethod
     def from_status(cls, d: Any) -> OperationState | None:
@@ -110,7 +143,13 @@ class OperationState:
                                               else float(d["decommissionIssuedEpoch"])),
                        pvc=d.get("pvc"),
                        deadline_s=(None if d.get("deadlineEpoch") is None
-                                   else float(d["deadlineEpoch"])))
+                                   else float(d["deadlineEpoch"])),
+                       cleanup_ordinal=(None if d.get("cleanupOrdinal") is None
+                                        else int(d["cleanupOrdinal"])),
+                       cleanup_issued_s=(None if d.get("cleanupIssuedEpoch") is None
+                                         else float(d["cleanupIssuedEpoch"])),
+                       cleanup_restore_mibps=(None if d.get("cleanupRestoreMiBps") is None
+                                              else float(d["cleanupRestoreMiBps"])))
         except (KeyError, TypeError, ValueError) as exc:
             raise ElastoreError(f"unreadable operation in the status: {exc!r}: {d!r}") from exc
 
@@ -153,6 +192,11 @@ def check_identity(op: OperationState, sts: str, pvc_template: str | None) -> No
     pvc = f"{pvc_template}-{pod}" if pvc_template else None
     if op.pvc != pvc:
         raise ElastoreError(f"the operation names PVC {op.pvc!r}; {pod}'s is {pvc!r}")
+    if op.cleanup_ordinal is not None and not (
+            op.kind == "ScaleOut" and 0 <= op.cleanup_ordinal < op.from_replicas):
+        raise ElastoreError(f"the operation cleans up ordinal {op.cleanup_ordinal}; a "
+                            f"{op.kind} from {op.from_replicas} replicas has old nodes "
+                            f"0..{op.from_replicas - 1}")
 
 
 def allowed_replicas(op: OperationState) -> tuple[int, ...]:
@@ -167,9 +211,10 @@ def allowed_replicas(op: OperationState) -> tuple[int, ...]:
     return (op.to_replicas,)
 
 
-def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "Retain"
-            ) -> tuple[OperationState, Effect, bool]:
-    """The next state, the effect to carry out now, and whether the operation is done."""
+def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "Retain",
+            cleanup: bool = True) -> tuple[OperationState, Effect, bool]:
+    """The next state, the effect to carry out now, and whether the operation is done.
+    ``cleanup``: run ``nodetool cleanup`` on the old nodes after a scale-out."""
     def at(phase: str, message: str, **kw: Any) -> OperationState:
         return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
 
@@ -205,9 +250,33 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
             return at("Scaling", f"waiting for {op.pod} to be ready"), "none", False
         if op.phase == "Joining":
             if facts.node_mode == "NORMAL":
-                return at("Done", f"{op.pod} joined the ring"), "none", True
+                if not cleanup:
+                    return at("Done", f"{op.pod} joined the ring"), "none", True
+                return _clean(at, op, 0, now_s, f"{op.pod} joined the ring; ")
             return at("Joining", f"{op.pod}'s node is {facts.node_mode or 'not answering'}"), \
                 "none", False
+        if op.phase == "CleaningUp" and op.cleanup_ordinal is not None:
+            k, node = op.cleanup_ordinal, op.cleanup_pod()
+            said = facts.cleanup
+            if said == "done":
+                if k + 1 < op.from_replicas:
+                    return _clean(at, op, k + 1, now_s, f"{node} cleaned up; ")
+                return at("Done", f"{op.pod} joined the ring; the {op.from_replicas} old "
+                                  "node(s) cleaned up"), "none", True
+            if said is not None and said.startswith("failed"):
+                return at("Stuck", f"nodetool cleanup on {node} {said}; not re-issued (no "
+                                   "scale-in starts before the old nodes are clean: abort "
+                                   "the operation once it has been run by hand)"), \
+                    "stuck", False
+            if said == "running" or facts.cleanup_seen:
+                return at("CleaningUp", f"cleanup running on {node} ({k + 1} of "
+                                        f"{op.from_replicas})"), "none", False
+            if facts.cleanup_seen is None:
+                return at("CleaningUp", f"waiting: {node}'s compactions could not be read"), \
+                    "none", False
+            # not issued by this process (it restarted) and not running there: again (a
+            # node already clean rewrites nothing)
+            return _clean(at, op, k, now_s, f"cleanup on {node} not seen running: ")
     else:
         if op.phase == "Decommissioning":
             mode = facts.node_mode
@@ -242,3 +311,13 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
             kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
             return at("Done", f"{op.pod} removed{kept}"), "none", True
     raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")
+
+
+def _clean(at: Any, op: OperationState, ordinal: int, now_s: float, said: str
+           ) -> tuple[OperationState, Effect, bool]:
+    """CleaningUp on old node ``ordinal``: the state (written first), then the effect."""
+    node = f"{op.pod.rsplit('-', 1)[0]}-{ordinal}"
+    restore = op.cleanup_restore_mibps if ordinal == op.cleanup_ordinal else None
+    return at("CleaningUp", f"{said}nodetool cleanup on {node} ({ordinal + 1} of "
+                            f"{op.from_replicas})", cleanup_ordinal=ordinal,
+              cleanup_issued_s=now_s, cleanup_restore_mibps=restore), "cleanup", False

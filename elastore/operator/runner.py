@@ -184,6 +184,9 @@ class Runner:
                                                            repr=False)
     #: the stream throttle this process decided last (MiB/s, as asked)
     _stream_mibps: float | None = field(default=None, init=False, repr=False)
+    #: whether the size there is misses the SLO at the last period's forecast (None: not
+    #: judged yet, or the model could not say)
+    _slo_risk: bool | None = field(default=None, init=False, repr=False)
     _warned: set[str] = field(default_factory=set, init=False, repr=False)
     #: (capacity model, index source) -> the learner's prior; (models, effect) -> the
     #: models the planner reads: rebuilt only when the model or the learned effect changed
@@ -263,7 +266,22 @@ class Runner:
         # before it streams, and gets the throttle then. Any other step comes after them: a
         # scale-in's decommission streams at once, at the throttle in force.
         started = running
-        if not started and self._scale_out_due(t):
+        if running and t.operation is not None and t.operation.phase == "CleaningUp" and \
+                self._scale_out_due(t):
+            # cleanup takes hours on large nodes and must not hold a resize (cass-operator
+            # #496): a further scale-out supersedes it, and its own cleanup covers every old
+            # node again (a cleanup already running finishes in Cassandra)
+            old = t.operation
+            self._start_step(t)
+            now_op = t.out.get("operation") or {}
+            if now_op.get("pod") != old.pod:
+                self._cleanup_restore(t, old)
+                self.policies.event(t.body, "CleanupSuperseded",
+                                    f"the cleanup after {old.pod} joined ({old.message}) gives "
+                                    f"way to the next scale-out, whose cleanup covers every "
+                                    "old node")
+            self._throttle(t)
+        elif not started and self._scale_out_due(t):
             started = self._start_step(t)
             self._throttle(t)
         else:
@@ -432,6 +450,11 @@ class Runner:
             left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
                     f"{op.pod}'s device stays in the rings if it was added (the replicators "
                     "finish moving its share)")
+        elif op.kind == "ScaleOut" and op.cleanup_ordinal is not None:
+            left = (f"{op.pod} had joined; the old nodes from {op.cleanup_pod()} on may keep "
+                    "data they no longer own (a cleanup already running there finishes): run "
+                    "nodetool cleanup on them before any scale-in")
+            self._cleanup_restore(t, op)
         elif op.kind == "ScaleOut":
             left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
                     f"{op.pod} finishes joining by itself")
@@ -504,6 +527,7 @@ class Runner:
                f"{decision.method}: {decision.forecast_rps:,.0f} req/s at "
                f"{iso(decision.forecast_for_s)}")
         self.policies.event(t.body, "Decision", decision.reason[:1000])
+        self._slo_risk = self._risk(t, decision, snap)
         if self.telemetry is not None:
             self._record(decision)
             self.telemetry.decision_seconds.labels(self.namespace, self.name).observe(
@@ -576,8 +600,10 @@ class Runner:
         reading = hubbub.read(spec, lambda: source.scalar("interference", now))
         models = self.models(spec)
         learner = hubbub.learner_from_status(status)
-        running = None if op is None else Operation(op.from_replicas, op.to_replicas,
-                                                    op.started_s, max(op.expected_end_s, now))
+        # a scale-out cleaning up has its node serving: the plan starts from its size now
+        # (a further scale-out supersedes the cleanup; a scale-in waits for it, in the runner)
+        running = None if op is None or op.phase == "CleaningUp" else Operation(
+            op.from_replicas, op.to_replicas, op.started_s, max(op.expected_end_s, now))
         if t is not None:
             models = self._calibrated(t, spec, source, models, reading.index,
                                       running is not None)
@@ -753,15 +779,24 @@ class Runner:
         n = sts.spec_replicas
         tm.would_scale.labels(self.namespace, self.name).set(
             control.would_scale(d.actions, t.now, n))
-        try:
-            risk = control.slo_at_risk(t.planned_with or self.models(spec), d.forecast_rps,
-                                       snap.read_ratio, n, t.interference_index)
-        except ElastoreError as exc:  # a model that fits no load: said, not guessed
-            log.warning("%s/%s: SLO risk not judged: %s", self.namespace, self.name, exc)
+        if self._slo_risk is None:  # a model that fits no load: said, not guessed
             with contextlib.suppress(KeyError):
                 tm.slo_at_risk.remove(self.namespace, self.name)
             return
-        tm.slo_at_risk.labels(self.namespace, self.name).set(1 if risk else 0)
+        tm.slo_at_risk.labels(self.namespace, self.name).set(1 if self._slo_risk else 0)
+
+    def _risk(self, t: _Tick, d: control.Decision, snap: Snapshot) -> bool | None:
+        """Whether the size there is would miss the SLO at this period's forecast; None
+        when the model cannot say."""
+        sts, spec = t.sts, t.spec
+        assert sts is not None and spec is not None
+        try:
+            return control.slo_at_risk(t.planned_with or self.models(spec), d.forecast_rps,
+                                       snap.read_ratio, sts.spec_replicas,
+                                       t.interference_index)
+        except ElastoreError as exc:
+            log.warning("%s/%s: SLO risk not judged: %s", self.namespace, self.name, exc)
+            return None
 
     def _record(self, d: control.Decision) -> None:
         tm = self.telemetry
@@ -987,6 +1022,8 @@ class Runner:
         elif t.dc is not None and (busy := dcoperation.busy(t.dc)) is not None:
             t.cond(ctype, False, "DatacenterBusy", f"the plan wants {step_to} replicas; no "
                                                    f"step while {busy}")
+        elif (repair := self._repair_hold(t, kind)) is not None:
+            t.cond(ctype, False, "RepairRunning", repair)
         elif (refused := self._refuse(spec, sts, kind, step_to,
                                       t.dc.pods[0] if t.dc and t.dc.pods else "")) is not None:
             t.cond(ctype, False, "Refused", refused)
@@ -1000,6 +1037,39 @@ class Runner:
             return True
         t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
         return False
+
+    def _repair_hold(self, t: _Tick, kind: str) -> str | None:
+        """Why no topology change starts now: a repair running on a node (it stalls or fails
+        with one: cassandra-reaper #1367, #1220), unless the forecast puts the SLO at risk
+        at the size there is (then it starts, said in a RepairOverridden Event). A node whose
+        repairs cannot be read holds it too: unknown is not "none"."""
+        spec = t.spec
+        assert spec is not None
+        if not spec.hold_for_repairs or spec.target.store != "cassandra":
+            return None
+        pods = list(t.dc.pods) if t.dc is not None else t.pods()
+        seen: list[str] = []
+        for pod in pods:
+            if t.dc is None and not self.kube.pod(self.namespace, pod)[1]:
+                continue  # not running: nothing to ask (a decommission checks the ring)
+            try:
+                said = self.kube.repair_running(self.namespace, pod, spec.target.container,
+                                                spec.target.nodetool)
+            except ElastoreError as exc:
+                said = f"its repairs could not be read ({str(exc)[:200]})"
+            if said is not None:
+                seen.append(f"{pod}: {said}")
+        if not seen:
+            return None
+        what = "; ".join(seen)
+        if kind == "ScaleOut" and self._slo_risk:
+            self.policies.event(t.body, "RepairOverridden",
+                                f"a scale-out starts during a repair ({what}): the forecast "
+                                f"puts the SLO at risk at {t.sts.spec_replicas if t.sts else '?'}"
+                                " replicas", warning=True)
+            return None
+        return f"a repair is running ({what}); no topology change starts until it ends" + \
+            ("" if kind == "ScaleIn" else " or the forecast puts the SLO at risk")
 
     def _fallback_scale_out(self, t: _Tick) -> bool:
         """Whether the fallback lets the last plan's scale-outs start (no evidence now)."""
@@ -1058,7 +1128,7 @@ class Runner:
         expected = operation.expected_seconds(
             kind, sts.spec_replicas, None if data is None else float(data),
             float(rate) if rate is not None else spec.min_migration_mibps,
-            spec.node_overhead_s)
+            spec.node_overhead_s, cleanup=spec.cleanup)
         # started when it starts: the tick may have waited on the cluster since t.now
         new = operation.start(kind, spec.target.name, sts.spec_replicas,
                               max(t.now, self.clock()), expected, sts.pvc_template,
@@ -1255,10 +1325,12 @@ class Runner:
         failed = self.kube.decommission_failure(self.namespace, op.pod) if \
             op.kind == "ScaleIn" and op.phase == "Decommissioning" and \
             op.decommission_issued_s is not None else None
+        said, seen = self._cleanup_facts(t, op)
         facts = operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
-                                marked, failed)
+                                marked, failed, said, seen)
         try:
-            new, effect, done = operation.advance(op, facts, t.now, spec.pvc_policy)
+            new, effect, done = operation.advance(op, facts, t.now, spec.pvc_policy,
+                                                  cleanup=spec.cleanup)
         except ElastoreError as exc:
             t.cond(_scaling(op.kind), True, "Stuck", str(exc))
             self.policies.event(t.body, "OperationStuck", str(exc), warning=True)
@@ -1267,6 +1339,8 @@ class Runner:
         if effect == "stuck" or new.phase == "Stuck":
             if effect == "stuck":
                 self.policies.event(t.body, "OperationStuck", new.message, warning=True)
+                if op.phase == "CleaningUp":
+                    self._cleanup_restore(t, op)
                 self.policies.patch_status(self.namespace, self.name,
                                            {"operation": new.to_status()})
             t.cond(_scaling(op.kind), True, "Stuck", new.message)
@@ -1305,9 +1379,81 @@ class Runner:
                                          spec.target.nodetool)
         elif effect == "delete-pvc" and new.pvc:
             self.kube.delete_pvc(self.namespace, new.pvc)
+        if op.phase == "CleaningUp" and (done or new.cleanup_ordinal != op.cleanup_ordinal):
+            self._cleanup_restore(t, op)
+        if effect == "cleanup":
+            new = self._cleanup_effect(t, new)
         t.cond(_scaling(op.kind), not done, f"{op.kind}{new.phase}", new.message)
         t.out["operation"] = None if done else new.to_status()
         return new, done
+
+    def _cleanup_facts(self, t: _Tick, op: operation.OperationState
+                       ) -> tuple[str | None, bool | None]:
+        """The cleanup on the node being cleaned: what this process knows of the one it
+        issued, and whether the node's compactions show one (read only when this process
+        knows nothing: after a restart)."""
+        pod = op.cleanup_pod() if op.phase == "CleaningUp" else None
+        if pod is None:
+            return None, None
+        assert t.spec is not None
+        said = self.kube.cleanup_state(self.namespace, pod)
+        if said is not None:
+            return said, None
+        return None, self.kube.cleanup_running(self.namespace, pod, t.spec.target.container,
+                                               t.spec.target.nodetool)
+
+    def _cleanup_effect(self, t: _Tick, op: operation.OperationState
+                        ) -> operation.OperationState:
+        """Throttle the node's compactions to the migration rate (its own throttle kept in
+        the status first, to put back), then issue its cleanup."""
+        from dataclasses import replace
+
+        spec = t.spec
+        pod = op.cleanup_pod()
+        assert spec is not None and pod is not None
+        c, nt = spec.target.container, spec.target.nodetool
+        if op.cleanup_restore_mibps is None:
+            try:
+                before = self.kube.compaction_throughput(self.namespace, pod, c, nt)
+            except ElastoreError as exc:
+                before = None
+                self.policies.event(t.body, "ThrottleFailed", f"the compaction throttle of "
+                                    f"{pod} could not be read ({exc}); the cleanup runs at "
+                                    "the node's own", warning=True)
+            if before is not None:
+                op = replace(op, cleanup_restore_mibps=before)
+                self.policies.patch_status(self.namespace, self.name,
+                                           {"operation": op.to_status()})
+        prev = t.status.get("migrationMiBps")
+        rate = self._stream_mibps if self._stream_mibps is not None else (
+            float(prev) if isinstance(prev, int | float) and not isinstance(prev, bool)
+            else spec.max_migration_mibps)
+        rate = min(max(rate, spec.min_migration_mibps), spec.max_migration_mibps)
+        if op.cleanup_restore_mibps is not None:
+            try:
+                got = self.kube.set_compaction_throughput(self.namespace, pod, c, nt, rate)
+                op = replace(op, message=op.message + f" at {got:g} MiB/s")
+            except ElastoreError as exc:
+                self.policies.event(t.body, "ThrottleFailed", f"setcompactionthroughput on "
+                                    f"{pod}: {exc}", warning=True)
+        self.kube.start_cleanup(self.namespace, pod, c, nt)
+        self.policies.event(t.body, "CleanupStarted", op.message)
+        return op
+
+    def _cleanup_restore(self, t: _Tick, op: operation.OperationState) -> None:
+        """Put back the compaction throttle the cleaned node had before its cleanup."""
+        pod = op.cleanup_pod()
+        assert t.spec is not None
+        if pod is None or op.cleanup_restore_mibps is None:
+            return
+        try:
+            self.kube.set_compaction_throughput(self.namespace, pod, t.spec.target.container,
+                                                t.spec.target.nodetool,
+                                                op.cleanup_restore_mibps)
+        except ElastoreError as exc:
+            self.policies.event(t.body, "ThrottleFailed", f"{pod}'s compaction throttle "
+                                f"could not be put back to {op.cleanup_restore_mibps:g} "
+                                f"MiB/s: {exc}", warning=True)
 
     # -- Swift ---------------------------------------------------------------------------------
     def _swift_port_refusal(self, spec: PolicySpec) -> tuple[str, str] | None:

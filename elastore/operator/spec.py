@@ -260,6 +260,12 @@ class PolicySpec:
     interference: bool | None = None
     stabilization_s: float = 300.0
     pvc_policy: str = "Retain"
+    #: ``spec.scaleUp.cleanup``: ``nodetool cleanup`` on the old nodes after each scale-out
+    #: (Cassandra), one at a time, throttled to the migration rate
+    cleanup: bool = True
+    #: ``spec.repairs.hold``: no topology change starts while a node shows a repair,
+    #: unless the forecast puts the SLO at risk
+    hold_for_repairs: bool = True
     min_free_fraction: float = 0.2
     #: room kept for compaction's temporary copies, as a fraction of a node's load
     compaction_margin: float = 0.5
@@ -696,6 +702,17 @@ def parse(spec: Any) -> PolicySpec:
     down = spec.get("scaleDown") or {}
     if not isinstance(down, dict):
         raise SpecError("must be an object", "spec.scaleDown")
+    up = {} if spec.get("scaleUp") is None else spec["scaleUp"]
+    if not isinstance(up, dict):
+        raise SpecError("must be an object", "spec.scaleUp")
+    repairs = {} if spec.get("repairs") is None else spec["repairs"]
+    if not isinstance(repairs, dict):
+        raise SpecError("must be an object", "spec.repairs")
+    cleanup = _get(up, "cleanup", True, "spec.scaleUp")
+    hold = _get(repairs, "hold", True, "spec.repairs")
+    for v, where in ((cleanup, "spec.scaleUp.cleanup"), (hold, "spec.repairs.hold")):
+        if not isinstance(v, bool):
+            raise SpecError(f"must be true or false, got {v!r}", where)
     behavior, stabilization = _behavior(spec.get("behavior"), down)
     fallback_threshold, fallback_behavior = _fallback(spec.get("fallback"))
     node_mbit, client_ports, storage_ports = _bandwidth(spec.get("bandwidth"), target.store)
@@ -716,6 +733,7 @@ def parse(spec: Any) -> PolicySpec:
         stabilization_s=stabilization,
         pvc_policy=_enum(_get(down, "pvcPolicy", "Retain", "spec.scaleDown"),
                          ("Retain", "Delete"), "spec.scaleDown.pvcPolicy"),
+        cleanup=cleanup and target.store == "cassandra", hold_for_repairs=hold,
         min_free_fraction=_num(_get(down, "minFreeFraction", 0.2, "spec.scaleDown"),
                                "spec.scaleDown.minFreeFraction", 0, 0.9),
         compaction_margin=_num(_get(down, "compactionMargin", 0.5, "spec.scaleDown"),

@@ -69,6 +69,13 @@ class SimulatedKube:
         self.now_s = 0.0
         self.calls: list[tuple[float, str]] = []  # every effect asked for, in order
         self.violations: list[str] = []
+        #: cleanup: seconds one node's takes; tests: pods whose cleanup fails, repairs shown
+        self.cleanup_seconds = 0.0
+        self.cleanup_fails: set[str] = set()
+        self.cleanups: dict[str, float] = {}  # pod -> when its cleanup was issued
+        self.forgotten: set[str] = set()  # tests: cleanups issued by a process now gone
+        self.repairs: dict[str, str] = {}  # pod -> what shows a repair on it
+        self.compaction_mibps: dict[str, float] = {}  # each pod's throttle as set
 
     def _pvc(self, k: int) -> str | None:
         return f"{self.pvc_template}-{self.name}-{k}" if self.pvc_template else None
@@ -239,6 +246,47 @@ class SimulatedKube:
 
     def pvc_exists(self, ns: str, name: str) -> bool:
         return ns == self.namespace and name in self.pvcs
+
+    def start_cleanup(self, ns: str, pod: str, container: str,
+                      nodetool: tuple[str, ...]) -> None:
+        self._sync()
+        self.calls.append((self.now_s, f"cleanup {pod}"))
+        if self._ordinal(ns, pod) is None:
+            self.violations.append(f"{self.now_s:.0f} s: cleanup of {pod}: no such pod")
+            return
+        if self.cluster.op is not None and self.cluster.op.kind == "remove":
+            self.violations.append(f"{self.now_s:.0f} s: cleanup of {pod} during a "
+                                   "decommission")
+        self.cleanups[pod] = self.now_s
+        self.forgotten.discard(pod)
+
+    def cleanup_state(self, ns: str, pod: str) -> str | None:
+        if pod not in self.cleanups or pod in self.forgotten:
+            return None
+        if pod in self.cleanup_fails:
+            return "failed: nodetool cleanup exited 2: not enough space"
+        done = self.now_s >= self.cleanups[pod] + self.cleanup_seconds
+        return "done" if done else "running"
+
+    def cleanup_running(self, ns: str, pod: str, container: str,
+                        nodetool: tuple[str, ...]) -> bool | None:
+        return pod in self.cleanups and pod not in self.cleanup_fails and \
+            self.now_s < self.cleanups[pod] + self.cleanup_seconds
+
+    def repair_running(self, ns: str, pod: str, container: str,
+                       nodetool: tuple[str, ...]) -> str | None:
+        return self.repairs.get(pod)
+
+    def compaction_throughput(self, ns: str, pod: str, container: str,
+                              nodetool: tuple[str, ...]) -> float:
+        return self.compaction_mibps.get(pod, 64.0)
+
+    def set_compaction_throughput(self, ns: str, pod: str, container: str,
+                                  nodetool: tuple[str, ...], mibps: float) -> float:
+        applied = 0.0 if mibps == 0 else float(max(1, round(mibps)))
+        self.calls.append((self.now_s, f"setcompactionthroughput {applied:g} {pod}"))
+        self.compaction_mibps[pod] = applied
+        return applied
 
     def decommission_failure(self, ns: str, pod: str) -> str | None:
         return self.failures.get(pod) if ns == self.namespace else None

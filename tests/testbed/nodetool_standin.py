@@ -11,6 +11,12 @@ node ``LEAVING`` for :data:`LEAVE_S` seconds and then ``DECOMMISSIONED`` (for
 holds a decommission open to act during it); while a file ``join-hold-<node>`` exists,
 a node that was not decommissioned is ``JOINING`` (a scale-out held open).
 
+Housekeeping, in Cassandra 5.0.4's formats (recorded from the lab): ``cleanup`` writes
+``cleaned-<node>`` and returns (while ``cleanup-hold-<node>`` exists it waits, and
+``compactionstats`` lists a Cleanup task); ``compactionstats`` lists a Validation task while
+``repair-<node>`` exists (a repair); ``getcompactionthroughput`` and
+``setcompactionthroughput`` read and write ``compaction-<node>`` (64 MiB/s at first).
+
 The ring a decommission is judged on, as Cassandra 5.0's nodetool prints it: ``status``
 lists nodes 0..k for a call in pod k (a scale-in always leaves from the highest ordinal;
 a file ``nodes`` in the directory overrides the count),
@@ -32,6 +38,11 @@ LOAD = "100.5 MiB"
 
 def host_id(k: int) -> str:
     return f"5eed0000-0000-4000-8000-{k:012d}"
+
+
+def _compaction(d: Path, node: int) -> float:
+    f = d / f"compaction-{node}"
+    return float(f.read_text()) if f.exists() else 64.0
 
 
 def main(argv: list[str]) -> int:
@@ -63,6 +74,33 @@ def main(argv: list[str]) -> int:
         print(f"Mode: {mode}\nNot sending any streams.")
         return 0
     if argv[:1] == ["setstreamthroughput"]:
+        return 0
+    if argv[:1] == ["cleanup"]:
+        end = time.time() + 600
+        while (d / f"cleanup-hold-{node}").exists() and time.time() < end:
+            time.sleep(0.2)
+        (d / f"cleaned-{node}").write_text(f"{time.time()}")
+        return 0
+    if argv[:1] == ["compactionstats"]:
+        print(f"concurrent compactors            1\npending tasks                    0\n"
+              f"compaction throughput (MiB/s)    {_compaction(d, node):.1f}")
+        rows = []
+        if (d / f"cleanup-hold-{node}").exists():
+            rows.append("e8a1ea90-e9f9-11f1-91cd-83a3fcaade78 Cleanup         ks       kv    "
+                        "6760186   19582007 bytes 34.52%")
+        if (d / f"repair-{node}").exists():
+            rows.append("125a4e40-e9fa-11f1-91cd-83a3fcaade78 Validation      ks       kv    "
+                        "1000      19582007 bytes 0.01%")
+        if rows:
+            print("id                                   compaction type keyspace table "
+                  "completed total    unit  progress")
+            print("\n".join(rows))
+        return 0
+    if argv[:1] == ["getcompactionthroughput"]:
+        print(f"Current compaction throughput: {_compaction(d, node):g} MB/s")
+        return 0
+    if argv[:1] == ["setcompactionthroughput"] and len(argv) == 2:
+        (d / f"compaction-{node}").write_text(argv[1])
         return 0
     if argv[:1] == ["status"]:
         print("Datacenter: dc1\n===============\nStatus=Up/Down\n"
