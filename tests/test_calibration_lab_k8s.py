@@ -52,8 +52,12 @@ own border moves by up to 2x run to run (below).
   x0.5); the latency per node is the client's p95 of the requests each node coordinated
   (the load generator's ``elastore_load_node_p95_ms``: the measurement the sweep fits).
 * The prior alone: a second Recommend policy with the prior as its model, learning off.
-  A window over the SLO is let through by a policy when, at that moment, it recommended no
-  more servers than were running: it would not have added the server. A violation is the
+  A window over the SLO is let through by a policy when it recommended no more servers
+  than were running, neither for that moment (the recommendation made one prediction
+  horizon before: desiredReplicas is the size for the forecast at now + horizon) nor at
+  it: it would not have added the server. (Judged at the moment alone, as before, a
+  correct forecast of the falling edge counted as a miss: printed, not asserted.) A
+  violation is the
   policy's when the window's load per server was above the reference border (a capacity
   shortfall; below it, over-SLO windows are the lab's noise and are only printed). The
   learning policy must let through no more shortfalls than the prior's.
@@ -106,6 +110,7 @@ RELEASE = "elastore-cal"
 SLO_MS = 60.0  # p95, client side: above this lab's GC noise at light load (median 11-29 ms)
 HEADROOM = 0.1
 HOUR_S = 10.0  # replay seconds per trace hour
+HORIZON_S = 60.0  # both policies' prediction horizon
 PEAK_SHARE = 1.1  # the trace's peak per server (3 servers), of the fitted border
 PRIOR_SCALE = 0.5  # the CRD's default for the built-in prior
 # cluster requests/s, geometric: 15 to 200 req/s per server, where six runs put the border
@@ -346,7 +351,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             # alone (see the module's docstring)
             planner={"mode": "Window"},
             slo={"latencyMs": SLO_MS},
-            prediction={"horizon": "60s", "step": f"{HOUR_S:g}s", "headroom": HEADROOM},
+            prediction={"horizon": f"{HORIZON_S:g}s", "step": f"{HOUR_S:g}s",
+                        "headroom": HEADROOM},
             migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 60},
             scaleDown={"stabilizationSeconds": 40},
             metrics={"prometheus": {"url": fwd.url, "queries": NODE_QUERIES}})
@@ -500,19 +506,31 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
         t, learn, prior, ready = min(samples, key=lambda s: abs(s[0] - mid))
         if abs(t - mid) > 5:
             continue  # no sample near it: counted for neither
+        # the recommendation made for this moment: one prediction horizon earlier (the
+        # window planner's desiredReplicas is the size for the forecast at now + horizon)
+        ta, learn_a, prior_a, _ = min(samples, key=lambda s: abs(s[0] - (mid - HORIZON_S)))
+        if abs(ta - (mid - HORIZON_S)) > 5:
+            learn_a, prior_a = learn, prior  # the replay's first minute: only the one in force
         rows.append((mid, p95, rps, ready, int(learn.get("desiredReplicas") or 0),
-                     _planning_rps(learn), int(prior.get("desiredReplicas") or 0)))
+                     _planning_rps(learn), int(prior.get("desiredReplicas") or 0),
+                     int(learn_a.get("desiredReplicas") or 0),
+                     int(prior_a.get("desiredReplicas") or 0)))
     with (run.root / "over-slo.csv").open("w", newline="") as fh:
         wr = csv.writer(fh)
         wr.writerow(["epoch", "p95_ms", "achieved_rps", "ready", "learn_desired",
-                     "learn_planning_rps", "prior_desired"])
+                     "learn_planning_rps", "prior_desired", "learn_desired_for_it",
+                     "prior_desired_for_it"])
         wr.writerows(rows)
     for r in rows[:40]:
         print(f"  over the SLO at {r[0]:.0f}: p95 {r[1]:.0f} ms at {r[2]:.0f} req/s; ready "
-              f"{r[3]}, learning policy wants {r[4]} (plans {r[5]} req/s per server), "
-              f"the prior {r[6]}")
-    # let through: the policy recommended no more servers than ran (the sample nearest the
-    # window's middle; both policies are read from the same sample). A violation a policy
+              f"{r[3]}, learning policy wants {r[4]} (plans {r[5]} req/s per server; "
+              f"{r[7]} recommended for it), the prior {r[6]} ({r[8]} for it)")
+    # let through: the policy recommended no more servers than ran, neither for that moment
+    # (the recommendation made one horizon before it: a recommendation is for the forecast
+    # at now + horizon, so on the day's falling edge the one in force already serves the
+    # lower load ahead, and judged against the load now it would count a correct forecast
+    # as a miss) nor at it (the sample nearest the window's middle: the reactive part);
+    # both policies are read from the same samples. A violation a policy
     # caused is one of a capacity shortfall: over the SLO at a load per server above the
     # reference border, where a server more was needed. Below it the reference says the
     # servers carry the load, and a window over the SLO there is this lab's noise (GC,
@@ -520,18 +538,26 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     # prior that is pessimistic wants more servers all day and would "answer" all of them
     # at any cost, which is what learning exists to stop).
     def let_through(k: int, among: list[tuple[Any, ...]]) -> int:
-        return sum(1 for r in among if r[k] <= max(r[3], 3))
+        ahead = k + 3  # the recommendation made for that moment
+        return sum(1 for r in among if max(r[k], r[ahead]) <= max(r[3], 3))
 
     short = [r for r in rows if r[2] / 3 > reference]
     n_learn, n_prior = let_through(4, short), let_through(6, short)
+    # the same, judged on the recommendation in force at the moment alone (the criterion
+    # before: printed and kept, not asserted)
+    at_learn = sum(1 for r in short if r[4] <= max(r[3], 3))
+    at_prior = sum(1 for r in short if r[6] <= max(r[3], 3))
     print(f"windows over the SLO: {len(over)} of {len(windows)} (let through by the learning "
           f"policy {let_through(4, rows)}, by the prior alone {let_through(6, rows)}); of "
           f"them capacity shortfalls (over {reference:.1f} req/s per server): "
           f"{len(short)}, let through by the learning policy {n_learn}, by the prior alone "
-          f"{n_prior}")
+          f"{n_prior} (judged on the recommendation in force at the moment only: "
+          f"{at_learn} and {at_prior})")
     res = json.loads((run.root / "result.json").read_text())
     res.update(over_slo=len(over), windows=len(windows), shortfalls=len(short),
-               let_through_learning=n_learn, let_through_prior=n_prior)
+               let_through_learning=n_learn, let_through_prior=n_prior,
+               let_through_at_the_moment_learning=at_learn,
+               let_through_at_the_moment_prior=at_prior)
     (run.root / "result.json").write_text(json.dumps(res, indent=1))
     assert n_learn <= n_prior, run.diagnostics()
 

