@@ -43,6 +43,15 @@ def wait_until(what: str, check: Callable[[], Any], timeout_s: float,
                          f"{last!r})")
 
 
+def _established(cp: ControlPlane, crd: str) -> bool:
+    try:
+        doc = cp.get_json(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{crd}")
+    except OSError:  # urllib's errors included: not there yet, or a slow answer
+        return False
+    conds = (doc.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
+
+
 def start_control_plane(root: Path, exec_config: str = "") -> ControlPlane:
     """A control plane with the elastore CRDs and the peering object; a component that
     cannot start is a test failure, with its log."""
@@ -51,7 +60,11 @@ def start_control_plane(root: Path, exec_config: str = "") -> ControlPlane:
         cp.start(print)
         cp.kubectl("apply", "-f", str(CRDS))
         for crd in ("elasticpolicies.elastore.io", "clusterkopfpeerings.kopf.dev"):
-            cp.kubectl("wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
+            # polled, not `kubectl wait --for=condition=Established`: that fails at once
+            # ("status.conditions accessor error: <nil>") when it reads the CRD before the
+            # API server has written any condition, which a busy CI machine hit (six tests
+            # of one module errored at setup)
+            wait_until(f"CRD {crd} Established", lambda crd=crd: _established(cp, crd), 60)
         wait_until("the CRDs to serve", lambda: cp.kubectl(
             "get", "elasticpolicies", "-A", check=False).returncode == 0, 30)
         cp.kubectl("apply", "-f", "-", stdin="apiVersion: kopf.dev/v1\n"
