@@ -7,6 +7,7 @@ to 127.0.0.x inside that namespace.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import threading
@@ -188,9 +189,16 @@ def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
     assert ex["dataBytes"]["all"] == pytest.approx(lab_["dataBytes"]["all"], rel=0.05)
     ips = {n.spec.ip for n in state.nodes}
     for p in got.values():
-        assert set(p["nodeLatencyMs"]) == ips, p  # every node's own latency
-        assert all(0 < v < 10_000 for v in p["nodeLatencyMs"].values()), p
+        assert set(p["nodeLatencyMs"]) == ips, p  # every node's own latency series
         assert set(p["nodeReadRps"]) == ips
+        # a node that served requests has its latency; one that served none (the driver's
+        # routing left a node idle in one CI run: 109, 5 and 0 reads/s) has none: NaN, a
+        # missing value, never 0
+        served = {n for n in ips if p["nodeReadRps"][n] + p["nodeWriteRps"].get(n, 0) > 0}
+        assert served, p
+        for n in ips:
+            v = p["nodeLatencyMs"][n]
+            assert (0 < v < 10_000) if n in served else math.isnan(v), (n, p)
     with pytest.raises(MetricsError, match="no such metric"):
         prom("jmx-exporter-example").query("migrationMiBps", "", "")
 
