@@ -540,7 +540,9 @@ def test_the_learned_border_is_the_fitted_one_with_no_more_violations(run: Run) 
     # prior that is pessimistic wants more servers all day and would "answer" all of them
     # at any cost, which is what learning exists to stop).
     def let_through(k: int, among: list[tuple[Any, ...]]) -> int:
-        ahead = k + 3  # the recommendation made for that moment
+        # the recommendation made for that moment: learn_desired (4) -> learn_desired_for_it
+        # (7), prior_desired (6) -> prior_desired_for_it (8)
+        ahead = {4: 7, 6: 8}[k]
         return sum(1 for r in among if max(r[k], r[ahead]) <= max(r[3], 3))
 
     short = [r for r in rows if r[2] / 3 > reference]

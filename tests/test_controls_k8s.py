@@ -297,8 +297,11 @@ def test_backtest_replays_the_range_from_prometheus(
         "metadata"]["creationTimestamp"]
     from datetime import UTC, datetime, timedelta
 
-    t0 = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC) - \
-        timedelta(seconds=30)
+    born = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    t0 = born - timedelta(seconds=30)
+    # the range needs minutes of the namespace's series whatever ran before this test (one
+    # CI run reached here 90 s after ctl-behavior was made: 9 periods, 4 with metrics)
+    time.sleep(max(0.0, (born + timedelta(seconds=150) - datetime.now(UTC)).total_seconds()))
     t1 = datetime.now(UTC)
     doc = json.loads(enforce(ns, prom.url))
     pol = tmp_path / "policy.json"

@@ -294,10 +294,13 @@ def test_enforce_scales_out_on_rising_load_at_the_planned_time(run: Run) -> None
     planned = [a for a in actions if a["replicas"] == 4]
     assert planned, f"no planned action for 4 replicas at the start: {st}"
     due = float(planned[0]["atEpoch"])
-    assert due - 1.0 <= started <= due + 15.0, (due, started)
     first_seen = min(t for t, s in run.samples
                      if any(a.get("replicas") == 4 and abs(float(a["atEpoch"]) - due) < 1
                             for a in ((s.get("memory") or {}).get("actions") or [])))
+    # within one wake-up of the due time, or of the first plan that showed it: a forecast
+    # that rises between two periods can move the due time into the past (one CI run: the
+    # due time 17.5 s before the start), and then the step starts at once
+    assert due - 1.0 <= started <= max(due, first_seen) + 15.0, (due, first_seen, started)
     done = next((t for t, s in run.samples if t > started and not s.get("operation")), None)
     print(f"scale-out took {done - started if done else float('nan'):.0f} s (pod, boot, join); "
           f"planned {max(0.0, due - first_seen):.0f} s ahead, started "
