@@ -157,7 +157,8 @@ def test_state_round_trips_exactly_through_json(truth):
 @pytest.mark.parametrize("doc", [None, {"version": 99}, {"version": 1, "bins": [[1, 2]]},
                                  {"version": 1, "bins": [[0, 0, 0, 0, -1, .9, 0, 0, 2, 1, 1]]},
                                  {"version": 1, "observations": -1},
-                                 {"version": 1, "params": {"sigma": "x"}}])
+                                 {"version": 1, "params": {"sigma": "x"}},
+                                 {"version": 2, "params": {"localBandwidth": float("nan")}}])
 def test_a_malformed_state_is_an_error(doc):
     with pytest.raises(ModelError):
         CapacityLearner.from_dict(doc)
@@ -179,6 +180,8 @@ def test_bad_parameters_are_errors():
         CapacityLearner(sigma=0)
     with pytest.raises(ModelError, match="confidence_threshold"):
         CapacityLearner(confidence_threshold=1.5)
+    with pytest.raises(ModelError, match="local_bandwidth"):
+        CapacityLearner(local_bandwidth=-0.1)
 
 
 def test_a_noisy_store_widens_the_posterior_to_what_its_measurements_support(truth):
@@ -231,3 +234,34 @@ def test_a_version_1_state_continues(truth):
     doc["bins"] = [row[:10] for row in doc["bins"]]
     with pytest.raises(ModelError, match="fields"):
         CapacityLearner.from_dict(doc)
+
+
+def reshaped(model, power):
+    """``model`` with another shape and the same border: latency ``SLO * (lat / SLO) **
+    power`` (power > 1: flatter below the border, then a steeper knee; < 1: a slow rise)."""
+    from dataclasses import replace
+
+    ls = math.log(model.slo_ms)
+    return replace(model, log_latency=ls + power * (model.log_latency - ls),
+                   capacity_table=np.zeros(0))
+
+
+@pytest.mark.parametrize("power", [0.6, 2.5])
+def test_a_shape_the_prior_lacks_is_fitted_near_the_border(truth, power):
+    """The store's latency curve is not the prior's: the two-number family fitted to every
+    bin alike misses the border by > 10 % (the flat low loads outvote the knee); the local
+    fit (bins weighted by how near the border their load is) lands within 5 % on each of
+    five seeded days. A power of 0.5 is still 14-16 % off on three of five seeds
+    (benchmarks/learner_shapes.py): documented, not asserted."""
+    store = reshaped(truth, power)
+    prior = scaled(truth, 0.5)
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        x, y = measure(store, rng.uniform(0.3, 1.05, 150), rng)
+        glob = CapacityLearner(local_bandwidth=0.0).fit(x, y, prior=prior).calibrate(prior)
+        local = CapacityLearner().fit(x, y, prior=prior).calibrate(prior)
+        assert abs(glob.capacity_rps / cap(store) - 1) > 0.10, (seed, glob.capacity_rps)
+        assert local.capacity_rps == pytest.approx(cap(store), rel=0.05), seed
+        # the fit error is the local one: where the border is, the shape fits
+        assert local.fit_error_pct is not None and glob.fit_error_pct is not None
+        assert local.fit_error_pct < glob.fit_error_pct

@@ -27,6 +27,14 @@ load all night must not outvote the evening peak, and correlated errors of one o
 point must not make the posterior overconfident. Only loads, migration rates and indexes
 that were **observed** are evidence; the rest of the surface is the prior's shape.
 
+**The local fit.** The planner needs the border, and a store's curve is often not the
+prior's shape (flat, then a knee): fitted to every bin alike, the many low-load bins set
+``a`` and the border is missed. So the posterior is fitted again with each bin weighted by
+a kernel of how near the border its load is (``exp(-(ln(load / border) / h)^2 / 2)``, ``h =
+local_bandwidth``), re-centred on the new border until it stays within 1 %: local
+likelihood, with weights on the inputs (never on the measured latency), so a correct shape
+stays unbiased. ``local_bandwidth = 0`` is the global fit.
+
 **Confidence** is the posterior mass within ±10 % of the median capacity (at the evidence's
 read ratio, no migration, no interference). **Planning** uses the median, except that
 until the border is known (observed: a latency within ``border_fraction`` of the SLO or
@@ -41,6 +49,8 @@ further into the unknown than one step past what it has seen served well. Below
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,6 +66,7 @@ U_GRID = np.linspace(math.log(1 / 16), math.log(16), 193)  # ln load scale, 2.9 
 A_GRID = np.linspace(-1.0, 1.0, 41)  # ln latency shift, 5 % apart
 SKIP_REASONS = ("missing", "invalid")
 MAX_BINS = 400
+LOCAL_ROUNDS = 8  # the local fit's re-centrings at most
 DIGITS = 7
 
 
@@ -144,6 +155,8 @@ class CapacityLearner:
     confidence_threshold: float = 0.8
     exploration_step: float = 0.15
     border_fraction: float = 0.7
+    #: the local fit's bandwidth (ln load / capacity): 0 fits every bin alike
+    local_bandwidth: float = math.log(1.5)
     #: bins: (load, read ratio, migration, index, mean ln latency, weight, last seen,
     #: mean square ln latency)
     bins: dict[tuple[int, int, int, int], list[float]] = field(default_factory=dict)
@@ -162,6 +175,9 @@ class CapacityLearner:
                              f"{self.confidence_threshold}")
         if not 0 < self.exploration_step <= 2:
             raise ModelError(f"exploration_step must be in (0, 2], got {self.exploration_step}")
+        if not (math.isfinite(self.local_bandwidth) and self.local_bandwidth >= 0):
+            raise ModelError(f"local_bandwidth must be a number >= 0, got "
+                             f"{self.local_bandwidth!r}")
         if not 0 < self.border_fraction <= 1:
             raise ModelError(f"border_fraction must be in (0, 1], got {self.border_fraction}")
         self.skipped = {k: int(self.skipped.get(k, 0)) for k in SKIP_REASONS}
@@ -248,9 +264,11 @@ class CapacityLearner:
                 den += w - 1
         return math.sqrt(num / den) if den > 0 else 0.0
 
-    def posterior(self, prior: CapacityModel) -> tuple[FloatArray, FloatArray]:
+    def posterior(self, prior: CapacityModel, local: FloatArray | None = None
+                  ) -> tuple[FloatArray, FloatArray]:
         """The normalised posterior weights on (U_GRID, A_GRID), and each bin's predicted
-        ln latency per u (the prior's, before the shift ``a``), shape (bins, u)."""
+        ln latency per u (the prior's, before the shift ``a``), shape (bins, u). ``local``:
+        a weight per bin (in the bins' order), the local fit's kernel."""
         logp = (-0.5 * (U_GRID[:, None] / self.prior_sd_load) ** 2
                 - 0.5 * (A_GRID[None, :] / self.prior_sd_latency) ** 2)
         pred = np.zeros((0, len(U_GRID)))
@@ -264,6 +282,8 @@ class CapacityLearner:
             # (bins, u, a): the shifted prediction, clipped as the observations are
             full = np.minimum(pred[:, :, None] + A_GRID[None, None, :], clip)
             wt = np.minimum(w, self.bin_cap)[:, None, None]
+            if local is not None:
+                wt = wt * local[:, None, None]
             # each observation strays from the model by the model's own error (sigma) and
             # by the store's scatter: a noisy store's evidence counts for less, so the
             # posterior does not claim a precision its measurements lack
@@ -294,15 +314,11 @@ class CapacityLearner:
                 out[k] = float(grid[j - 1] + t * (grid[j] - grid[j - 1]))
         return out
 
-    def calibrate(self, prior: CapacityModel, headroom: float = 0.0) -> Calibration:
-        """The learned model, the one to plan with, and what the status shows. ``headroom``:
-        the fraction of capacity the planner keeps free (the exploration cap allows for
-        it)."""
-        if not 0 <= headroom < 1:
-            raise ModelError(f"headroom must be in [0, 1), got {headroom}")
-        r = self._reference_ratio()
-        post, pred = self.posterior(prior)
-        c0 = self._prior_capacity(prior, r)  # per a
+    @staticmethod
+    def _summary(post: FloatArray, c0: FloatArray
+                 ) -> tuple[float, Callable[[float], float], float, int]:
+        """The posterior's median capacity, its quantile function, the confidence (mass
+        within 10 % of the median) and the index of the most probable ``a``."""
         cap = c0[None, :] * np.exp(-U_GRID)[:, None]  # (u, a)
         flat_c, flat_w = cap.ravel(), post.ravel()
         order = np.argsort(flat_c)
@@ -321,9 +337,52 @@ class CapacityLearner:
                              "the prior's shape and the evidence")
         with np.errstate(divide="ignore"):
             near = np.abs(np.log(np.maximum(flat_c, 1e-300) / median)) <= math.log(1.1)
-        confidence = float(flat_w[near].sum())
+        return median, quantile, float(flat_w[near].sum()), int(np.argmax(post.sum(axis=0)))
+
+    def _local_weights(self, prior: CapacityModel, c0: FloatArray, median: float, ia: int
+                       ) -> FloatArray | None:
+        """The local fit's kernel per bin: ``exp(-(ln(load / capacity) / h)^2 / 2)``, the
+        capacity at the bin's own read ratio, migration and interference by the global
+        fit. None when off, with no bins, or when no bin lies near the border (then the
+        global fit is all the evidence says)."""
+        if self.local_bandwidth <= 0 or not self.bins or not c0[ia] > 0:
+            return None
+        arr = np.array(list(self.bins.values()))
+        glob = scaled(prior, median / c0[ia], math.exp(float(A_GRID[ia])))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an index past the profiled axis: clamped
+            caps = np.asarray(glob.capacity(arr[:, 1], arr[:, 2], arr[:, 3]), dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = np.log(arr[:, 0] / np.maximum(caps, 1e-300)) / self.local_bandwidth
+        k = np.exp(-0.5 * np.nan_to_num(z, nan=np.inf) ** 2)
+        # fewer than one bin's worth of evidence near the border: nothing to localise on
+        if float(np.sum(k * np.minimum(arr[:, 5], self.bin_cap))) < self.bin_cap:
+            return None
+        return np.asarray(k, dtype=float)
+
+    def calibrate(self, prior: CapacityModel, headroom: float = 0.0) -> Calibration:
+        """The learned model, the one to plan with, and what the status shows. ``headroom``:
+        the fraction of capacity the planner keeps free (the exploration cap allows for
+        it)."""
+        if not 0 <= headroom < 1:
+            raise ModelError(f"headroom must be in [0, 1), got {headroom}")
+        r = self._reference_ratio()
+        c0 = self._prior_capacity(prior, r)  # per a
+        post, pred = self.posterior(prior)
+        median, quantile, confidence, ia = self._summary(post, c0)
+        # the local fit: the bins near the border found so far, until the border stays put
+        # (a global fit that a wrong shape put far off moves it a step at a time)
+        local = None
+        for _ in range(LOCAL_ROUNDS):
+            k = self._local_weights(prior, c0, median, ia)
+            if k is None:
+                break
+            local, before = k, median
+            post, pred = self.posterior(prior, local)
+            median, quantile, confidence, ia = self._summary(post, c0)
+            if abs(math.log(median / before)) < 0.01:
+                break
         # the (u, a) of the median: the most probable a, and the u giving the median there
-        ia = int(np.argmax(post.sum(axis=0)))
         u_med = math.log(c0[ia] / median) if c0[ia] > 0 else 0.0
         a_med = float(A_GRID[ia])
         note = f"calibrated online: capacity x{math.exp(-u_med):.4g}, latency " \
@@ -349,6 +408,8 @@ class CapacityLearner:
             at = np.minimum(np.array([np.interp(u_med, U_GRID, row) for row in pred]) + a_med,
                             clip)
             wt = np.minimum(arr[:, 5], self.bin_cap)
+            if local is not None:
+                wt = wt * local
             rms = math.sqrt(float(np.average((arr[:, 4] - at) ** 2, weights=wt)))
             fit_err = 100.0 * (math.exp(rms) - 1.0)
         return Calibration(
@@ -369,7 +430,8 @@ class CapacityLearner:
                            "memory": self.memory,
                            "confidenceThreshold": self.confidence_threshold,
                            "explorationStep": self.exploration_step,
-                           "borderFraction": self.border_fraction},
+                           "borderFraction": self.border_fraction,
+                           "localBandwidth": self.local_bandwidth},
                 "bins": [[*k, *v] for k, v in self.bins.items()],
                 "maxOkLoadRps": self.max_ok_load, "borderSeen": self.border_seen,
                 "observations": self.observations, "skipped": dict(self.skipped)}
@@ -406,6 +468,7 @@ class CapacityLearner:
                        confidence_threshold=float(p.get("confidenceThreshold", 0.8)),
                        exploration_step=float(p.get("explorationStep", 0.15)),
                        border_fraction=float(p.get("borderFraction", 0.7)),
+                       local_bandwidth=float(p.get("localBandwidth", cls.local_bandwidth)),
                        bins=bins, max_ok_load=max_ok, border_seen=bool(doc.get("borderSeen")),
                        observations=obs, skipped={str(k): int(v) for k, v in skipped.items()})
         except ModelError:
