@@ -49,8 +49,10 @@ own border moves by up to 2x run to run (below).
   with it both policies mostly held 3 servers: the comparison counted noise (19 vs 16,
   25 vs 22 windows let through).
 * The learning policy: ``capacityModel`` unset (learn, prior = the shipped lab profile
-  x0.5); the latency per node is the client's p95 of the requests each node coordinated
-  (the load generator's ``elastore_load_node_p95_ms``: the measurement the sweep fits).
+  x0.5); its reading per node is the load generator's last complete 10-s window: the
+  cluster's p95 and its load per server (``elastore_load_window_p95_ms`` and
+  ``elastore_load_window_rps``), the measurement and the pairing the sweep fits
+  (:data:`NODE_QUERIES`).
 * The prior alone: a second Recommend policy with the prior as its model, learning off.
   A window over the SLO is let through by a policy when it recommended no more servers
   than were running, neither for that moment (the recommendation made one prediction
@@ -134,30 +136,37 @@ COOL_S = 60  # idle between the sweep's overload and the day
 #: 106): a 10-s window's p95 over four rates, paired with their mean, is likely the worst
 #: rate's (latency is convex in load), which reads as a lower border.
 WINDOWS_PER_HOUR = 1
-def _mean_per_node(scope: str) -> str:
-    """Every pod's series holds the cluster's mean load per node (over the latency's 10 s;
-    2-s scrapes: 5 samples), not the default 1 min: at 10 s per trace hour a minute is six
-    hours of the trace, and the latency would meet a load hours old."""
+def _window_per_node(op: str) -> str:
+    """Every pod's series holds the cluster's load per node in the load generator's last
+    complete window (``elastore_load_window_rps``: requests/s of ``op`` answered of those
+    scheduled in it), the window the latency below is from. A sliding ``rate()[10s]``
+    straddles two of the day's 10-s load steps at almost every period's phase, and latency
+    is convex in load: its p95 is the higher step's, paired with the mean of both. In the
+    fresh-clone run of 427a07c the learner, fed such pairs, found 130.5 req/s per server
+    (148.7 at the sweep's read ratio, where the sweep's fit was 194.9: 23.7 % apart); the
+    same day's own windows, replayed offline through the same learner, give 147.7 (187.5).
+    In production a load step is an hour, not 10 s, and the straddle is negligible."""
     x = ('rate(org_apache_cassandra_metrics_clientrequest_count{name="Latency",'
-         f'scope="{scope}",namespace="store"}}[10s])')
+         'scope="Read",namespace="store"}[10s])')
     return (f"sum by (pod) (0 * {x}) + on() group_left() "
-            f"(sum({x}) / count(sum by (pod) ({x})))")
+            f'(sum(elastore_load_window_rps{{op="{op}"}}) / count(sum by (pod) ({x})))')
 
 
 NODE_QUERIES = {
-    # The latency is the client's p95 over all requests (over 10 s), the same for every
+    # The latency is the client's p95 over all requests of one window, the same for every
     # node: the sweep's definition (`lab profile` rows are the cluster's p95 against its
     # load per server). A node's own coordinator p95 (elastore_load_node_p95_ms) is lower
     # than the cluster's, whose tail the slowest node sets. One cluster-wide latency must
     # meet the cluster's mean load per node, not each node's own: the trace's hot keys make
     # the coordinators' loads unequal (1.20 : 1.07 : 0.73 of the mean in CI), and pairing
     # each with the same latency put the learned border at 52.6 req/s per server where the
-    # sweep found 74.6 and the day's own windows 69.
-    "nodeReadRps": _mean_per_node("Read"),
-    "nodeWriteRps": _mean_per_node("Write"),
+    # sweep found 74.6 and the day's own windows 69. The pod set comes from Cassandra's own
+    # series (the exporter's pod labels).
+    "nodeReadRps": _window_per_node("read"),
+    "nodeWriteRps": _window_per_node("write"),
     "nodeLatencyMs": 'sum by (pod) (0 * rate(org_apache_cassandra_metrics_clientrequest_count'
                      '{name="Latency",scope="Read",namespace="store"}[10s])) + on() '
-                     'group_left() elastore_load_p95_ms',
+                     'group_left() elastore_load_window_p95_ms',
 }
 
 assert CRDS.is_dir()

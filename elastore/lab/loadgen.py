@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,7 @@ def schedule(wl: Workload, rate_scale: float, windows: slice, seed: int
 #: in-flight writes while preloading: 10 KiB rows 50 at a time overloaded a slow lab's
 #: connections (the driver's ConnectionBusy, "overloaded", once timed-out requests piled up)
 PRELOAD_CONCURRENCY = 16
+WINDOW_GRACE_S = 3.0  # a window's gauges are set this long after its last request is issued
 PRELOAD_ROUNDS = 4  # a row whose write failed is written again, this many rounds at most
 
 
@@ -189,8 +190,10 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
     for w in np.unique(win):
         stats[int(w)] = WindowStats(int(w), float(wl.start_s[w] - wl.start_s[win[0]]), 0, 0,
                                     0, [])
-    for w in win:
+    writes: dict[int, int] = {}
+    for w, wr in zip(win, is_write, strict=True):
         stats[int(w)].scheduled += 1
+        writes[int(w)] = writes.get(int(w), 0) + int(wr)
     # the same per node that answered (the coordinator): per-server latency
     by_node: dict[tuple[int, str], WindowStats] = {}
     slots = threading.BoundedSemaphore(concurrency)
@@ -222,15 +225,39 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
             metrics.observe(ok, lat, node)
         slots.release()
 
+    def publish(w: int) -> None:
+        """Window ``w``'s p95 and achieved rates (what answered within WINDOW_GRACE_S of
+        its end), as gauges: a pair from one window."""
+        with lock:
+            s = stats[w]
+            lat = list(s.latencies_ms or [])
+            n = s.completed
+        if metrics is None or not lat:
+            return  # nothing answered: no latency, not 0
+        frac = writes.get(w, 0) / max(s.scheduled, 1)
+        rps = n / wl.window_seconds
+        metrics.window(w, float(np.percentile(lat, 95)), rps * (1 - frac), rps * frac)
+
+    timers: list[threading.Timer] = []
+    prev_w: int | None = None
     for i in range(len(times)):
         delay = start + times[i] - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         slots.acquire()  # open loop: a late request waits here, its latency counts it
         w = int(win[i])
+        if metrics is not None and prev_w is not None and w != prev_w:
+            timers.append(threading.Timer(WINDOW_GRACE_S, publish, (prev_w,)))
+            timers[-1].daemon = True
+            timers[-1].start()
+        prev_w = w
         sched = float(times[i])
         submit(int(keys[i]), bool(is_write[i]), _bind(finish, w, sched))
     done.wait(timeout=120)
+    if prev_w is not None:
+        publish(prev_w)
+    for tm in timers:
+        tm.cancel()
     rows = [stats[w].row(wl.window_seconds) for w in sorted(stats)]
     _write_csv(out_csv, rows)
     if out_csv != Path("/dev/null"):
@@ -260,6 +287,38 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
         wr = csv.DictWriter(fh, fieldnames=list(rows[0]))
         wr.writeheader()
         wr.writerows(rows)
+
+
+class _WindowCollector:
+    """The last complete window of the schedule, its p95 and achieved rates as one pair
+    from one window: a sliding 10 s straddles two of the schedule's load steps most of
+    the time, and latency is convex in load, so its p95 is the higher step's, paired with
+    the mean of both. Read under the lock in one go (never a p95 of one window beside the
+    rates of another); nothing before the first window (no series, never 0)."""
+
+    def __init__(self, metrics: _Metrics) -> None:
+        self.metrics = metrics
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        with self.metrics.lock:
+            last = self.metrics.last_window
+        if last is None:
+            return
+        index, p95, read, write = last
+        yield GaugeMetricFamily("elastore_load_window", "the last complete window's index",
+                                value=index)
+        yield GaugeMetricFamily("elastore_load_window_p95_ms", "p95 latency (ms) of the "
+                                "requests scheduled in the last complete window", value=p95)
+        fam = GaugeMetricFamily("elastore_load_window_rps", "requests/s completed of those "
+                                "scheduled in the last complete window", labels=["op"])
+        fam.add_metric(["read"], read)
+        fam.add_metric(["write"], write)
+        yield fam
 
 
 class _Metrics:
@@ -292,12 +351,22 @@ class _Metrics:
         self.node_p95 = Gauge("elastore_load_node_p95_ms", "p95 latency over the last 10 s "
                               "of the requests each node coordinated",
                               ["node", "namespace", "pod"], registry=self.reg)
+        # the last complete window of the schedule: its p95 and its achieved rates, one
+        # pair from one window (a sliding 10 s straddles two of the schedule's load steps
+        # most of the time, and latency is convex in load: its p95 is the higher step's,
+        # paired with the mean of both)
+        self.last_window: tuple[int, float, float, float] | None = None
+        self.reg.register(_WindowCollector(self))
         self.node_labels = node_labels
         self.recent: deque[tuple[float, float]] = deque()
         self.by_node: dict[str, deque[tuple[float, float]]] = {}
         self.lock = threading.Lock()
         start_http_server(int(port), addr=host, registry=self.reg)
         threading.Thread(target=self._refresh, daemon=True).start()
+
+    def window(self, index: int, p95_ms: float, read_rps: float, write_rps: float) -> None:
+        with self.lock:
+            self.last_window = (index, p95_ms, read_rps, write_rps)
 
     def observe(self, ok: bool, lat_ms: float, node: str = "") -> None:
         self.requests.labels("ok" if ok else "error").inc()
