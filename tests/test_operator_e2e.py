@@ -245,6 +245,12 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             planner={"mode": "Window"},
             # a lab node joins or leaves in ~30-40 s besides streaming (LAB-NOTES)
             migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 40},
+            # this suite pins the scheduler's timing: the repair hold (issue 22; tested in
+            # test_controls_k8s.py and test_cassandra_lab.py) reads compactionstats and
+            # netstats on every pod before a step, a nodetool JVM each, and on this 2-core
+            # lab that started the planned step 16.6 s (reads in parallel) to 22 s (one
+            # after another) after its due time: a cost the planner does not budget for
+            repairs={"hold": False},
             scaleDown={"stabilizationSeconds": STABILIZATION_S},
             bandwidth={"nodeMbit": NODE_MBIT},
             capacityModel={"configMapRef": {"name": "cass-model"}},

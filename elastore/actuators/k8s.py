@@ -460,9 +460,13 @@ class KubeActuator:
                        nodetool: tuple[str, ...]) -> str | None:
         """What shows a repair on the node (:func:`repair_activity`), or None; raises when
         it cannot be read (unknown is not "none")."""
-        return repair_activity(
-            self._nodetool_out(ns, pod, container, nodetool, "compactionstats"),
-            self._nodetool_out(ns, pod, container, nodetool, "netstats"))
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2) as pool:  # two JVM starts at once
+            comp = pool.submit(self._nodetool_out, ns, pod, container, nodetool,
+                               "compactionstats")
+            net = pool.submit(self._nodetool_out, ns, pod, container, nodetool, "netstats")
+            return repair_activity(comp.result(), net.result())
 
     def compaction_throughput(self, ns: str, pod: str, container: str,
                               nodetool: tuple[str, ...]) -> float:
