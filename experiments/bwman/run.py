@@ -22,7 +22,8 @@ capacity after the migration.
 Reports the share of 5-s windows whose p95 breaks the SLO (after a warm-up), the migration
 completion time, rows verified after the migration (count and checksum), and p95 over
 time (PNG). One command (root; ~8 min per arm) rewrites RESULTS.md, the plot, and the
-per-window CSVs and event logs:
+per-window CSVs and event logs, and writes results.json (experiments/results.py: the
+figures, the targets, the commit; exit status 1 when a target is missed):
 
     python experiments/bwman/run.py
 
@@ -409,11 +410,14 @@ def main() -> None:
     per_server = client_capacity(models, args.nic_mbit,
                                  BwManConfig(total_mbit=args.nic_mbit).gossip_margin_mbit)
     load_rps = round(args.load_fraction * 2 * per_server, 1)
+    from results import exit_code, git_state
+
+    git = git_state()  # before this run rewrites RESULTS.md, the CSVs and the plot
     if args.report:
         results = [summarise(name, rep, cap.slo_ms, args.warmup)
                    for rep in range(args.reps) for name in ARMS]
         write_results(results, args, cap, load_rps, per_server)
-        return
+        sys.exit(exit_code(lab_check(results, args, cap, load_rps, "report", git)))
     if os.geteuid() != 0:
         raise SystemExit("run as root: the lab creates a network namespace and shapes it")
     log(f"model {_rel(args.model)}: a server serves {per_server:.1f} req/s within "
@@ -425,6 +429,69 @@ def main() -> None:
             run_arm(name, rep, args, load_rps)
             results.append(summarise(name, rep, cap.slo_ms, args.warmup))
     write_results(results, args, cap, load_rps, per_server)
+    sys.exit(exit_code(lab_check(results, args, cap, load_rps, "run", git)))
+
+
+def totals(results: list[dict[str, Any]]) -> tuple[int, int, int, int, float]:
+    """Violated windows and windows without and with BwMan over every repetition, and
+    their ratio. With no violated window at all under BwMan the ratio is unbounded; it is
+    then the ratio one violated window would give (a lower bound), and RESULTS.md says so."""
+    w = [r for r in results if r["arm"] == "without"]
+    b = [r for r in results if r["arm"] == "bwman"]
+    vw = sum(r["violations"] for r in w)
+    vb = sum(r["violations"] for r in b)
+    nw = sum(r["windows"] for r in w)
+    nb = sum(r["windows"] for r in b)
+    return vw, vb, nw, nb, (vw / vb if vb else float(vw))
+
+
+PER_RUN = ("arm", "rep", "windows", "violations", "violation_pct", "windows_during",
+           "violations_during", "migration_s", "migration_error", "rows_ok", "rows",
+           "achieved_rps", "errors", "worst_p95_ms", "metric_errors")
+
+
+def lab_check(results: list[dict[str, Any]], args: argparse.Namespace, cap: Any,
+              load_rps: float, source: str, git: dict[str, Any]) -> bool:
+    """results.json beside this script (experiments/results.py); True when every target
+    is met. The targets are the ones the docs state: the violation ratio's (docs/lab.md)
+    and that no row is lost (the setup verifies every row after the migration)."""
+    from results import Target, record, summary
+
+    vw, vb, nw, nb, ratio = totals(results)
+
+    def mean_migration(arm: str) -> float | None:
+        m = [r["migration_s"] for r in results
+             if r["arm"] == arm and r["migration_s"] is not None]
+        return sum(m) / len(m) if m else None
+
+    figures: dict[str, Any] = {
+        "bwman_violation_ratio": ratio, "ratio_is_lower_bound": vb == 0,
+        "violated_windows_without": vw, "windows_without": nw,
+        "violated_windows_bwman": vb, "windows_bwman": nb,
+        "violated_pct_without": 100 * vw / nw if nw else None,
+        "violated_pct_bwman": 100 * vb / nb if nb else None,
+        "migration_s_mean_without": mean_migration("without"),
+        "migration_s_mean_bwman": mean_migration("bwman"),
+        "migrations_failed": sum(r["migration_s"] is None for r in results),
+        "runs": len(results), "runs_rows_lost": sum(not r["rows_ok"] for r in results),
+        "reps": args.reps, "load_rps": load_rps, "nic_mbit": args.nic_mbit,
+        "slo_ms": cap.slo_ms, "warmup_s": args.warmup,
+        "per_run": [{k: r[k] for k in PER_RUN} for r in results]}
+    targets = [
+        Target("bwman_violation_ratio", ">=", 2,
+               "5-s windows whose p95 broke the SLO after the warm-up, without BwMan / with "
+               "it, over every repetition (with none under BwMan: the count without, a lower "
+               "bound); the aim is 4",
+               "docs/lab.md, 'BwMan on real Cassandra': 'target >= 2, aim 4; the reference "
+               "text: 2-4'"),
+        Target("runs_rows_lost", "<=", 0,
+               "runs whose rows after the decommission differ from those written (count or "
+               "checksum)",
+               "the setup (RESULTS.md, this script's docstring): the rows are verified by "
+               "count and checksum after the migration; a lost row is a failed migration")]
+    ok = record(HERE, "bwman", figures, targets, source=source, git=git)
+    log(summary(HERE / "results.json"))
+    return ok
 
 
 def write_results(results: list[dict[str, Any]], args: argparse.Namespace, cap: Any,
@@ -432,13 +499,7 @@ def write_results(results: list[dict[str, Any]], args: argparse.Namespace, cap: 
     plot(results, cap.slo_ms, args.warmup, args.nic_mbit, HERE / "p95.png")
     w = [r for r in results if r["arm"] == "without"]
     b = [r for r in results if r["arm"] == "bwman"]
-    vw = sum(r["violations"] for r in w)
-    vb = sum(r["violations"] for r in b)
-    nw = sum(r["windows"] for r in w)
-    nb = sum(r["windows"] for r in b)
-    # with no violated window at all under BwMan the ratio is unbounded; the line then
-    # gives the bound that one violated window would give, and says so
-    ratio = vw / vb if vb else float(vw)
+    vw, vb, nw, nb, ratio = totals(results)
     ratio_note = "" if vb else (" (no violated window with BwMan: this is the ratio one "
                                 "violated window would give, a lower bound)")
     reps = f" --reps {args.reps}" if args.reps != 2 else ""
@@ -540,4 +601,5 @@ def _rel(p: Path) -> str:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(HERE.parent))  # experiments/results.py
     main()
