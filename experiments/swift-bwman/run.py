@@ -18,7 +18,8 @@ connections its own address). Each arm runs on a fresh lab:
 Reports the share of 5-s windows whose p95 breaks the SLO (after a warm-up), the
 replication time, every object verified after it (MD5 and listing counts), and p95 over
 time (PNG). One command (root; ~8 min per arm) rewrites RESULTS.md, the plot and the
-per-window CSVs and event logs:
+per-window CSVs and event logs, and writes results.json (experiments/results.py: the
+figures, the targets, the commit; exit status 1 when a target is missed):
 
     python experiments/swift-bwman/run.py --model experiments/profiles/swift-model.json
 
@@ -408,11 +409,14 @@ def main() -> None:
         raise SystemExit(f"no Swift model at {args.model}: profile the Swift lab and fit it "
                          "(experiments/profiles/README.md)")
     cap = ModelSet.load(args.model).capacity
+    from results import exit_code, git_state
+
+    git = git_state()  # before this run rewrites RESULTS.md, the CSVs and the plot
     if args.report:
         results = [summarise(name, rep, cap.slo_ms, args.warmup)
                    for rep in range(args.reps) for name in ARMS]
         write_results(results, args, cap)
-        return
+        sys.exit(exit_code(lab_check(results, args, cap, "report", git)))
     if os.geteuid() != 0:
         raise SystemExit("run as root: the lab creates a network namespace and shapes it")
     results = []
@@ -421,17 +425,80 @@ def main() -> None:
             run_arm(name, rep, args)
             results.append(summarise(name, rep, cap.slo_ms, args.warmup))
     write_results(results, args, cap)
+    sys.exit(exit_code(lab_check(results, args, cap, "run", git)))
 
 
-def write_results(results: list[dict[str, Any]], args: argparse.Namespace, cap: Any) -> None:
-    plot(results, cap.slo_ms, args.warmup, args.nic_mbit, HERE / "p95.png")
+def totals(results: list[dict[str, Any]]) -> tuple[int, int, int, int, float]:
+    """Violated windows and windows without and with BwMan over every repetition, and
+    their ratio. With no violated window at all under BwMan the ratio is unbounded; it is
+    then the ratio one violated window would give (a lower bound), and RESULTS.md says so."""
     w = [r for r in results if r["arm"] == "without"]
     b = [r for r in results if r["arm"] == "bwman"]
     vw = sum(r["violations"] for r in w)
     vb = sum(r["violations"] for r in b)
     nw = sum(r["windows"] for r in w)
     nb = sum(r["windows"] for r in b)
-    ratio = vw / vb if vb else float(vw)
+    return vw, vb, nw, nb, (vw / vb if vb else float(vw))
+
+
+PER_RUN = ("arm", "rep", "windows", "violations", "violation_pct", "windows_during",
+           "violations_during", "migration_s", "migration_error", "moved_mib", "intact",
+           "objects", "achieved_rps", "errors", "worst_p95_ms", "metric_errors")
+
+
+def lab_check(results: list[dict[str, Any]], args: argparse.Namespace, cap: Any,
+              source: str, git: dict[str, Any]) -> bool:
+    """results.json beside this script (experiments/results.py); True when every target
+    is met. The targets are the ones the docs state: the violation ratio's (docs/lab.md)
+    and that no object is lost (the setup verifies every object after the ring change)."""
+    from results import Target, record, summary
+
+    vw, vb, nw, nb, ratio = totals(results)
+
+    def mean_replication(arm: str) -> float | None:
+        m = [r["migration_s"] for r in results
+             if r["arm"] == arm and r["migration_s"] is not None]
+        return sum(m) / len(m) if m else None
+
+    figures: dict[str, Any] = {
+        "swift_bwman_violation_ratio": ratio, "ratio_is_lower_bound": vb == 0,
+        "violated_windows_without": vw, "windows_without": nw,
+        "violated_windows_bwman": vb, "windows_bwman": nb,
+        "violated_pct_without": 100 * vw / nw if nw else None,
+        "violated_pct_bwman": 100 * vb / nb if nb else None,
+        "violated_first_30s_of_change_without": sum(_early(r) for r in results
+                                                    if r["arm"] == "without"),
+        "violated_first_30s_of_change_bwman": sum(_early(r) for r in results
+                                                  if r["arm"] == "bwman"),
+        "replication_s_mean_without": mean_replication("without"),
+        "replication_s_mean_bwman": mean_replication("bwman"),
+        "replications_failed": sum(r["migration_s"] is None for r in results),
+        "runs": len(results), "runs_objects_lost": sum(not r["intact"] for r in results),
+        "reps": args.reps, "load_rps": args.load_rps, "nic_mbit": args.nic_mbit,
+        "slo_ms": cap.slo_ms, "warmup_s": args.warmup,
+        "per_run": [{k: r[k] for k in PER_RUN} for r in results]}
+    targets = [
+        Target("swift_bwman_violation_ratio", ">=", 2,
+               "5-s windows whose p95 broke the SLO after the warm-up, without BwMan / with "
+               "it, over every repetition (with none under BwMan: the count without, a lower "
+               "bound)",
+               "docs/lab.md, 'BwMan on real Swift': 'swift_bwman_violation_ratio: 5.60 "
+               "(target >= 2; ...)'"),
+        Target("runs_objects_lost", "<=", 0,
+               "runs in which an object's MD5 or a container's listing count differed after "
+               "the ring change",
+               "the setup (RESULTS.md, this script's docstring): every object is verified "
+               "(MD5, listing counts) after the ring change; a lost object is a failed "
+               "migration")]
+    ok = record(HERE, "swift-bwman", figures, targets, source=source, git=git)
+    log(summary(HERE / "results.json"))
+    return ok
+
+
+def write_results(results: list[dict[str, Any]], args: argparse.Namespace, cap: Any) -> None:
+    plot(results, cap.slo_ms, args.warmup, args.nic_mbit, HERE / "p95.png")
+    b = [r for r in results if r["arm"] == "bwman"]
+    vw, vb, nw, nb, ratio = totals(results)
     ratio_note = "" if vb else (" (no violated window with BwMan: this is the ratio one "
                                 "violated window would give, a lower bound)")
     reps = f" --reps {args.reps}" if args.reps != 2 else ""
@@ -521,4 +588,5 @@ def _rel(p: Path) -> str:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(HERE.parent))  # experiments/results.py
     main()
