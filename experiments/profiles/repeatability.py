@@ -13,17 +13,22 @@ SSTables). Run as root on a machine with the lab's dependencies::
 
 It brings up its own lab (namespace ``elastore-exp``, directory ``./exp-lab``), prints
 each point's window p95s and their median (the first window is the point's warm-up), and
-takes the lab down. About 9 min. Results are in README.md.
+takes the lab down. About 9 min. Results are in README.md. It writes results.json beside
+this script (experiments/results.py): each point's window p95s and median, and their
+spread over the points after the first. It has no target: it measures the lab's noise,
+and README.md states none for it.
 """
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,10 +36,46 @@ from elastore.lab import lab
 from elastore.lab.cassandra import ensure_jars, nodetool
 from elastore.lab.profile import constant_workload, key_table, zipf_keys
 
+HERE = Path(__file__).resolve().parent
+COLD = "warm"  # the first point, from a cold store: not part of the spread
+
+
+def figures(rate: float, points: dict[str, list[float]]) -> dict[str, Any]:
+    """What results.json records: every point's window p95s and the median of all but its
+    first window (the point's warm-up), and the spread of those medians (and of the single
+    windows) over the points after the first, the store's warm-up."""
+    medians = {tag: float(np.median(p95[1:])) if len(p95) > 1 else None
+               for tag, p95 in points.items()}
+    warm = [m for tag, m in medians.items() if tag != COLD and m is not None]
+    windows = [x for tag, p95 in points.items() if tag != COLD for x in p95[1:]]
+    return {
+        "rate_rps": rate,
+        "median_p95_ms": medians,
+        "window_p95_ms": points,
+        "spread_median_p95_ms_min": min(warm) if warm else None,
+        "spread_median_p95_ms_max": max(warm) if warm else None,
+        "spread_median_p95_max_over_min": max(warm) / min(warm) if warm and min(warm) > 0
+        else None,
+        "spread_window_p95_ms_min": min(windows) if windows else None,
+        "spread_window_p95_ms_max": max(windows) if windows else None,
+        "points_in_spread": len(warm),
+    }
+
 
 def main() -> None:
-    rate = float(sys.argv[1]) if len(sys.argv) > 1 else 600.0
-    keys = key_table(Path(sys.argv[2])) if len(sys.argv) > 2 else zipf_keys()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rate", nargs="?", type=float, default=600.0,
+                    help="constant load, requests/s over the 3 nodes (default 600)")
+    ap.add_argument("keys_from", nargs="?", type=Path, default=None,
+                    help="a workload JSON whose key table to use (default: the Zipf keys)")
+    args = ap.parse_args()
+    sys.path.insert(0, str(HERE.parent))  # experiments/results.py
+    from results import exit_code, git_state, record, summary
+
+    git = git_state()
+    rate = args.rate
+    keys = key_table(args.keys_from) if args.keys_from is not None else zipf_keys()
+    points: dict[str, list[float]] = {}
     work = Path("exp-lab").resolve()
     d = work / "lab"
     os.environ["ELASTORE_LAB_DIR"] = str(d)
@@ -54,10 +95,11 @@ def main() -> None:
                 argv.append("--no-preload")
             subprocess.run(argv, check=True, capture_output=True)
             p95 = [float(r["p95_ms"]) for r in csv.DictReader(out.open())]
+            points[tag] = p95
             print(f"{tag}: p95 {' '.join(f'{x:.0f}' for x in p95)} ms, median of the last "
                   f"{len(p95) - 1}: {np.median(p95[1:]):.0f} ms", flush=True)
 
-        point("warm", True)
+        point(COLD, True)
         for k in range(2):
             point(f"A{k} preload", True)
             for n in state.nodes:
@@ -68,6 +110,13 @@ def main() -> None:
             point(f"B{k} no preload again", False)
     finally:
         lab.down(d)
+    ok = record(HERE, "profiles/repeatability", figures(rate, points), [], git=git,
+                notes="No target: this measures how much one load point's p95 varies on "
+                      "the lab, and experiments/profiles/README.md states no bound for it "
+                      "(the 15 % sweep-against-day agreement it explains is the calibration "
+                      "test's, tests/test_calibration_lab_k8s.py).")
+    print(summary(HERE / "results.json"), flush=True)
+    sys.exit(exit_code(ok))
 
 
 if __name__ == "__main__":
