@@ -3,6 +3,7 @@ written to a temporary folder, no lab."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -10,7 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import pytest
@@ -170,3 +171,110 @@ def test_the_summary_names_a_missed_target(res: ModuleType, tmp_path: Path) -> N
     res.record(tmp_path, "bwman", {"ratio": 1.0}, [res.Target("ratio", ">=", 2)], command=[])
     text = res.summary(tmp_path / "results.json")
     assert "TARGET MISSED" in text and "ratio = 1.0 (>= 2): MISSED" in text
+
+
+# --- the scripts' hooks: their figures and targets, on made-up runs -------------------------
+def _script(name: str, path: Path, monkeypatch: pytest.MonkeyPatch,
+            folder: Path) -> ModuleType:
+    """An experiment's script as a module, writing into ``folder`` instead of its own.
+    sys.path is put back after the test (a script adds to it when imported)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.syspath_prepend(str(REPO / "experiments"))  # as its __main__ does
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, mod)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "HERE", folder)
+    return mod
+
+
+def _run(arm: str, rep: int, violations: int, **extra: Any) -> dict[str, Any]:
+    r: dict[str, Any] = {
+        "arm": arm, "rep": rep, "windows": 60, "violations": violations,
+        "violation_pct": 100 * violations / 60, "windows_during": 20,
+        "violations_during": violations, "migration_s": 100.0, "migration_error": None,
+        "rows_ok": True, "rows": 3000, "achieved_rps": 101.4, "errors": 0,
+        "worst_p95_ms": 150.0, "metric_errors": 0, "moved_mib": 200.0, "intact": True,
+        "objects": (4000, 400), "violated_at": [], "mig": (60.0, 160.0),
+        "scale_out_s": 90.0, "nodes_after": 4, "new_pod_shaped": arm == "agent"}
+    r.update(extra)
+    return r
+
+
+ARGS = argparse.Namespace(reps=1, from_rep=1, nic_mbit=8.0, warmup=60.0, load_rps=45.0)
+CAP = SimpleNamespace(slo_ms=100.0)
+
+
+@pytest.mark.parametrize("without, bwman, ratio, met", [
+    (34, 1, 34.0, True), (4, 2, 2.0, True), (3, 2, 1.5, False),
+    (5, 0, 5.0, True),  # none under BwMan: the count without, a lower bound
+    (0, 0, 0.0, False)])  # nothing broke the SLO without BwMan: nothing shown
+def test_bwman_ratio_target(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, without: int,
+                            bwman: int, ratio: float, met: bool) -> None:
+    mod = _script("bwman_run", REPO / "experiments" / "bwman" / "run.py", monkeypatch,
+                  tmp_path)
+    runs = [_run("without", 1, without), _run("bwman", 1, bwman)]
+    assert mod.lab_check(runs, ARGS, CAP, 101.4, "run", {"commit": "x"}) is met
+    doc = _read(tmp_path)
+    assert doc["figures"]["bwman_violation_ratio"] == ratio
+    assert doc["figures"]["ratio_is_lower_bound"] is (bwman == 0)
+    assert [t["figure"] for t in doc["targets"]] == ["bwman_violation_ratio",
+                                                     "runs_rows_lost"]
+
+
+def test_swift_bwman_ratio_and_lost_objects(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    mod = _script("swift_bwman_run", REPO / "experiments" / "swift-bwman" / "run.py",
+                  monkeypatch, tmp_path)
+    runs = [_run("without", 1, 28), _run("bwman", 1, 5)]
+    assert mod.lab_check(runs, ARGS, CAP, "report", {"commit": "x"}) is True
+    doc = _read(tmp_path)
+    assert doc["figures"]["swift_bwman_violation_ratio"] == 5.6
+    assert doc["source"] == "report"
+    runs[1]["intact"] = False
+    assert mod.lab_check(runs, ARGS, CAP, "run", {"commit": "x"}) is False
+    lost = _read(tmp_path)["targets"][1]
+    assert lost["figure"] == "runs_objects_lost" and lost["value"] == 1 and not lost["met"]
+
+
+def test_bwman_a_lost_row_misses_although_the_ratio_is_met(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    mod = _script("bwman_run", REPO / "experiments" / "bwman" / "run.py", monkeypatch,
+                  tmp_path)
+    runs = [_run("without", 1, 34), _run("bwman", 1, 1, rows_ok=False)]
+    assert mod.lab_check(runs, ARGS, CAP, 101.4, "run", {"commit": "x"}) is False
+
+
+def test_agent_has_no_target_on_windows(monkeypatch: pytest.MonkeyPatch,
+                                        tmp_path: Path) -> None:
+    mod = _script("agent_run", REPO / "experiments" / "agent" / "run.py", monkeypatch,
+                  tmp_path)
+    # more windows over the SLO with the agent than without: a figure, not a miss
+    runs = [_run("without", 1, 2), _run("agent", 1, 9)]
+    assert mod.lab_check(runs, ARGS, 121.7, 100.0, "run", {"commit": "x"}) is True
+    doc = _read(tmp_path)
+    assert [t["figure"] for t in doc["targets"]] == ["runs_rows_lost"]
+    assert doc["figures"]["violated_windows_agent"] == 9
+    assert doc["figures"]["agent_runs_new_pod_not_shaped"] == 0
+    assert "read the counts" in doc["notes"]
+    runs[0]["rows_ok"] = False
+    assert mod.lab_check(runs, ARGS, 121.7, 100.0, "run", {"commit": "x"}) is False
+
+
+def test_repeatability_figures() -> None:
+    spec = importlib.util.spec_from_file_location(
+        "repeatability", REPO / "experiments" / "profiles" / "repeatability.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    points = {"warm": [5000.0, 900.0, 903.0, 910.0],  # from cold: not in the spread
+              "A0 preload": [300.0, 91.0, 90.0, 95.0],  # the first window: the warm-up
+              "B0 flushed, no preload": [10.0, 40.0, 43.0, 50.0]}
+    f = mod.figures(600.0, points)
+    assert f["median_p95_ms"] == {"warm": 903.0, "A0 preload": 91.0,
+                                  "B0 flushed, no preload": 43.0}
+    assert f["spread_median_p95_ms_min"] == 43.0 and f["spread_median_p95_ms_max"] == 91.0
+    assert f["spread_median_p95_max_over_min"] == pytest.approx(91 / 43)
+    assert f["spread_window_p95_ms_min"] == 40.0 and f["spread_window_p95_ms_max"] == 95.0
+    assert f["points_in_spread"] == 2
