@@ -591,16 +591,27 @@ class KubeActuator:
             if exc.status != 404:
                 raise ElastoreError(f"annotating PVC {ns}/{name}: {exc.reason}") from exc
 
-    def pvc_marked(self, ns: str, name: str) -> bool:
+    def pvc_mark(self, ns: str, name: str) -> tuple[str, str | None] | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
             pvc: Any = self.core.read_namespaced_persistent_volume_claim(name, ns)
         except ApiException as exc:
             if exc.status == 404:
-                return False
+                return None
             raise ElastoreError(f"reading PVC {ns}/{name}: {exc.reason}") from exc
-        return LEFT_RING_ANNOTATION in (pvc.metadata.annotations or {})
+        value = (pvc.metadata.annotations or {}).get(LEFT_RING_ANNOTATION)
+        return str(pvc.metadata.uid), None if value is None else str(value)
+
+    def unmark_pvc(self, ns: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:  # a merge patch with null removes the annotation (absent: nothing changes)
+            self.core.patch_namespaced_persistent_volume_claim(
+                name, ns, {"metadata": {"annotations": {LEFT_RING_ANNOTATION: None}}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ElastoreError(f"unmarking PVC {ns}/{name}: {exc.reason}") from exc
 
     def delete_pvc(self, ns: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
