@@ -203,3 +203,27 @@ def test_a_swift_targets_spec() -> None:
         parse({**spec(swift={}), "target": {"name": "c", "replicationFactor": 3,
                                             "swift": {}}})
 
+
+
+@pytest.mark.parametrize(("phase", "weight", "parts", "would"), [
+    ("Removing", 100.0, 96, "ring-remove"),  # never drained
+    ("Removing", 0.0, 7, "ring-remove"),  # weight 0, still assigned partitions
+    ("Scaling", 100.0, 96, "scale"),  # still in the rings: its pod would go with its data
+    ("Scaling", 0.0, 3, "scale"),
+])
+def test_forged_swift_removal_of_a_device_that_still_holds_partitions(
+        phase: str, weight: float, parts: int, would: str) -> None:
+    """A Swift ScaleIn written into the status past its drain: the rings the pods have
+    mounted still give the device partitions. It used to remove the device (or lower the
+    replicas) at once; now the ``reject`` effect (the runner: Conflict/StatusRejected), and
+    nothing is touched."""
+    op = replace(in_op(), phase=phase)
+    st = facts(spec_replicas=4, weight=weight, partitions=parts)
+    new, eff, done = advance(op, st, 1001, pvc_policy="Delete")
+    assert (eff, done) == ("reject", False), (eff, new.message, would)
+    assert f"{parts} partition(s)" in new.message
+    # drained and out of the mounted rings: the step goes on
+    gone = facts(spec_replicas=4, weight=None, partitions=None)
+    assert advance(op, gone, 1002)[1] == "scale"
+    assert advance(replace(op, phase="Removing"), replace(gone, lagging=("swift-1",)),
+                   1003)[1] == "none"  # a pod still has the rings with the device
