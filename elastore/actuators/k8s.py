@@ -27,6 +27,7 @@ from elastore.actuators.nodetool import (
     compaction_tasks,
     failure_summary,
     parse_compaction_throughput,
+    parse_host_id,
     parse_mode,
     read_ring,
     repair_activity,
@@ -492,6 +493,15 @@ class KubeActuator:
             return res.stdout
 
         return read_ring(run)
+
+    def host_id(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> str:
+        """The host ID of the node in ``pod`` (``nodetool info``; a decommissioned node
+        still answers it)."""
+        res = self.nodetool(ns, pod, container, nodetool, "info", timeout_s=120)
+        if res.rc != 0:
+            raise ElastoreError(f"nodetool info in {ns}/{pod} exited {res.rc}: "
+                                f"{failure_summary(res.stdout, res.stderr, 300)}")
+        return parse_host_id(res.stdout)
 
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:

@@ -148,6 +148,9 @@ class ClusterPort(Protocol):
     def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
         """The cluster as the node in ``pod`` sees it (raises if nodetool fails)."""
 
+    def host_id(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> str:
+        """The host ID of the node in ``pod``, as it says itself (raises if nodetool fails)."""
+
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
         """Every listed node's outgoing stream throttle; the MiB/s actually set. Tries every

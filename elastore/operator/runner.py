@@ -1366,8 +1366,8 @@ class Runner:
         if pod == other:
             return None
         try:
-            me = self.kube.ring(self.namespace, pod, spec.target.container,
-                                spec.target.nodetool).self_id
+            me = self.kube.host_id(self.namespace, pod, spec.target.container,
+                                   spec.target.nodetool)
             view = self.kube.ring(self.namespace, other, spec.target.container,
                                   spec.target.nodetool)
         except ElastoreError as exc:

@@ -331,6 +331,14 @@ class SimulatedKube:
         return Ring(tuple(nodes), {name: Replication("SimpleStrategy", {"": rf})
                                    for name, rf in self.keyspaces.items()}, _host_id(k))
 
+    def host_id(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> str:
+        """``nodetool info``'s ID (a decommissioned node keeps answering it)."""
+        k = self._ordinal(ns, pod)
+        if k is None:
+            raise ElastoreError(f"pod {ns}/{pod} does not exist")
+        self.calls.append((self.now_s, f"info {pod}"))
+        return _host_id(k)
+
     def mark_pvc(self, ns: str, name: str, value: str) -> None:
         self.calls.append((self.now_s, f"mark pvc {name}"))
         if ns == self.namespace and name in self.pvcs:
