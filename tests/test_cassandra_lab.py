@@ -24,6 +24,7 @@ from elastore.actuators.nodetool import (
     compaction_tasks,
     failure_summary,
     parse_compaction_throughput,
+    parse_host_id,
     parse_mode,
     parse_size,
     read_ring,
@@ -365,6 +366,9 @@ class LabPort(SimulatedKube):
         if self.rings == 1:
             self.after_ring()
         return r
+
+    def host_id(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> str:
+        return parse_host_id(_nodetool(self.state, self._n(pod))("info"))
 
     def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
                   ) -> str | None:

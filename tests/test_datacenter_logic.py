@@ -16,6 +16,8 @@ from elastore.errors import ElastoreError
 from elastore.operator import dcoperation as dco
 from elastore.operator.operation import expected_seconds
 from elastore.operator.ringcheck import decommission_refusal
+from elastore.sim.engine import Cluster
+from elastore.sim.kube import SimulatedKube
 from elastore.units import GIB
 
 READY = DatacenterFacts(name="dc1", size=3, racks=("r1", "r2", "r3"), generation=4,
@@ -185,3 +187,66 @@ def test_a_datacenter_policy_reads_the_management_api_of_its_own_pods() -> None:
     pods = re.compile(".+-dc1-.+-sts-[0-9]+")
     assert pods.fullmatch("c1-dc1-r1-sts-0") and pods.fullmatch("my-cluster-dc1-rack-a-sts-12")
     assert not pods.fullmatch("c1-dc2-r1-sts-0") and not pods.fullmatch("dc1-0")
+
+
+class _DatacenterKube(SimulatedKube):
+    """The simulated cluster as a cass-operator datacenter of three racks: its pods are the
+    simulator's nodes, its ``spec.size`` is kept here and only recorded when changed."""
+
+    def __init__(self, nodes: int, gib_each: float) -> None:
+        super().__init__(Cluster.balanced(nodes, nodes * gib_each * GIB, boot_s=30.0), "shop",
+                         "db", volume_bytes=100 * GIB)
+        self.size = nodes
+
+    def datacenter(self, ns: str, name: str) -> DatacenterFacts | None:
+        pods = tuple(f"db-{k}" for k in range(self.size))
+        return replace(READY, size=self.size, pods=pods, ready_pods=self.size, generation=1,
+                       observed_generation=1, volume_bytes=self.volume_bytes)
+
+    def resize_datacenter(self, ns: str, name: str, size: int, expect: int) -> None:
+        self.calls.append((self.now_s, f"resize {size}"))
+        self.size = size
+
+    def datacenter_contenders(self, ns: str, name: str, policy: str) -> list[str]:
+        return []
+
+
+@pytest.mark.parametrize(("nodes", "gib_each", "to", "says"), [
+    # 3 of 6 nodes at 40 GiB leave: 80 GiB on each left, +50 %, above 80 % of 100 GiB
+    (6, 40.0, 3, "free space"),
+    (3, 10.0, 0, "below max(replicas.min, replicationFactor) = 3"),
+])
+def test_forged_datacenter_resizing_lowers_no_size(nodes: int, gib_each: float, to: int,
+                                                   says: str) -> None:
+    """A ScaleIn written straight into the status at phase Resizing (a rack-balanced step,
+    so its identity passes) used to set spec.size at once: no floor, no ring, no space
+    check. Now the checks a new step has are made first: Conflict/StatusRejected, size
+    unchanged."""
+    from elastore.models import ModelSet
+    from elastore.operator.runner import Runner
+    from elastore.resources import builtin_model
+    from elastore.sim.kube import MemoryPolicies, TraceMetrics
+
+    kube = _DatacenterKube(nodes, gib_each)
+    policies = MemoryPolicies.of("shop", "orders", {
+        "target": {"kind": "CassandraDatacenter", "name": "dc1", "replicationFactor": 3},
+        "replicas": {"min": 3, "max": 9}, "slo": {"latencyMs": 30}, "mode": "Enforce",
+        "controlPeriod": "60s", "capacityModel": {"learn": False},
+        "prediction": {"method": "persistence", "horizon": "60s", "step": "60s"},
+        "metrics": {"prometheus": {"url": "http://127.0.0.1:1"}}})
+    policies.body["metadata"]["annotations"] = {"elastore.io/paused": "true"}
+    metrics = TraceMetrics(lambda t: 1000.0, 0.95, kube.cluster.total_bytes, -3600.0, 1e9)
+    ms = ModelSet.load(builtin_model("placeholder"))
+    runner = Runner("shop", "orders", policies, kube, lambda _s: ms, clock=lambda: 0.0,
+                    source=lambda _s, _n: metrics)
+    policies.body["status"]["operation"] = {
+        "kind": "ScaleIn", "fromReplicas": nodes, "toReplicas": to,
+        "pod": "CassandraDatacenter/dc1", "phase": "Resizing", "startedEpoch": 0.0,
+        "message": "forged", "id": "forged"}
+    runner.tick()
+    runner.tick()
+    assert kube.size == nodes and not [c for _, c in kube.calls if c.startswith("resize")]
+    conflict = next(c for c in policies.status["conditions"] if c["type"] == "Conflict")
+    assert (conflict["status"], conflict["reason"]) == ("True", "StatusRejected"), conflict
+    assert says in conflict["message"]
+    assert "StatusRejected" in [r for r, _, w in policies.events if w]

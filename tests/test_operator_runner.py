@@ -688,3 +688,138 @@ def test_the_stream_throttle_goes_to_every_pod_at_once(ms: ModelSet) -> None:
     failed = [m for r, m, _ in rig.policies.events if r == "ThrottleFailed"]
     assert len(failed) == 1 and "db-1" in failed[0], rig.policies.events
     assert rig.cond("Throttling")["reason"] == "ThrottleFailed"
+
+
+# --- issue 34: a status writer cannot empty a cluster (status is a record, not the truth) ---
+PAUSED = {"elastore.io/paused": "true"}
+
+
+def forge(rig: Rig, frm: int, phase: str, op_id: str = "forged", **extra: Any) -> None:
+    """Patch the status as someone else could: a ScaleIn frm -> frm - 1, its pod and PVC
+    right for the target, at ``phase``."""
+    k = frm - 1
+    rig.policies.body["status"]["operation"] = {
+        "kind": "ScaleIn", "fromReplicas": frm, "toReplicas": k, "pod": f"{STS}-{k}",
+        "pvc": f"data-{STS}-{k}", "phase": phase, "startedEpoch": rig.t,
+        "message": "forged", "id": op_id, **extra}
+
+
+def paused_rig(ms: ModelSet, floor: int, delete: bool = False) -> Rig:
+    down: dict[str, Any] = {"stabilizationSeconds": 120}
+    if delete:
+        down["pvcPolicy"] = "Delete"
+    rig = Rig(ms, day(ms), spec_patch={
+        "replicas": {"min": floor, "max": 8}, "scaleDown": down,
+        "target": {"name": STS, "replicationFactor": floor}})
+    rig.policies.body["metadata"]["annotations"] = dict(PAUSED)
+    return rig
+
+
+def rejected(rig: Rig) -> str:
+    conflict = rig.cond("Conflict")
+    assert (conflict["status"], conflict["reason"]) == ("True", "StatusRejected"), conflict
+    assert "StatusRejected" in [r for r, _, w in rig.policies.events if w]
+    return str(conflict["message"])
+
+
+def test_forged_phase_a_scale_in_whose_node_never_left_lowers_nothing(ms: ModelSet) -> None:
+    """A ScaleIn 3 -> 2 (floor 2) written straight into phase Scaling: db-2 was never
+    decommissioned and is NORMAL. It used to lower the replicas under it (a violation);
+    now: Conflict/StatusRejected with an Event, and no effect."""
+    rig = paused_rig(ms, floor=2)
+    rig.run(60)
+    forge(rig, 3, "Scaling")
+    n = len(rig.kube.calls)
+    rig.run(rig.t + 120)
+    assert rig.kube.spec_replicas == 3 and rig.kube.violations == [], rig.kube.violations
+    made = [c for _, c in rig.kube.calls[n:]]
+    assert not [c for c in made if c.startswith(("scale", "decommission", "delete"))], made
+    assert "NORMAL, not DECOMMISSIONED" in rejected(rig)
+
+
+def test_forged_chain_to_zero_never_goes_below_the_floor(ms: ModelSet) -> None:
+    """The issue's reproduction: min 3, RF 3, pvcPolicy Delete, paused, and a left-ring
+    mark on data-db-2 from an earlier scale-in. The status is patched three times with a
+    ScaleIn n -> n-1 at phase Scaling: it went 3 -> 2 -> 1 -> 0 with no decommission and
+    data-db-2 deleted. Now the size never goes below max(min, RF) and no PVC goes."""
+    rig = paused_rig(ms, floor=3, delete=True)
+    rig.kube.mark_pvc(NS, "data-db-2", f"{POLICY}@1970-01-01T00:00:00Z")  # an earlier op's
+    rig.run(60)
+    sizes: list[int] = []
+
+    def size() -> bool:
+        sizes.append(rig.kube.spec_replicas)
+        return False
+
+    for frm in (3, 2, 1):
+        forge(rig, frm, "Scaling")
+        rig.run(rig.t + 60, stop=size)
+    assert min(sizes) >= 3 and rig.kube.spec_replicas == 3, sizes
+    assert rig.calls("delete pvc") == [] and "data-db-2" in rig.kube.pvcs
+    assert rig.calls("decommission") == [] and rig.kube.violations == []
+    assert "below max(replicas.min, replicationFactor) = 3" in rejected(rig)
+
+
+@pytest.mark.parametrize("stale", ["earlier-operation", "other-uid", "unnamed"])
+def test_forged_stale_pvc_mark_is_not_honoured(ms: ModelSet, stale: str) -> None:
+    """A retained data-db-3 carries a left-ring mark, and the status is patched to the
+    Cleanup of a ScaleIn 4 -> 3 (pvcPolicy Delete). The mark is from an earlier operation,
+    or names this operation on another PVC's UID, or names none (an older operator's):
+    none is this operation's own sight of the node leaving, so the PVC stays."""
+    from elastore.operator.operation import pvc_mark
+
+    rig = paused_rig(ms, floor=3, delete=True)
+    rig.kube.pvcs.add("data-db-3")
+    got = rig.kube.pvc_mark(NS, "data-db-3")
+    assert got is not None
+    uid = got[0]
+    value = {"earlier-operation": pvc_mark(POLICY, "t", "earlier", uid),
+             "other-uid": pvc_mark(POLICY, "t", "forged", "another-pvcs-uid"),
+             "unnamed": f"{POLICY}@1970-01-01T00:00:00Z"}[stale]
+    rig.kube.mark_pvc(NS, "data-db-3", value)
+    rig.run(60)
+    forge(rig, 4, "Cleanup")
+    rig.run(rig.t + 60)
+    assert "data-db-3" in rig.kube.pvcs and rig.calls("delete pvc") == []
+    assert rig.policies.status.get("operation") is None
+    assert any("carries no mark of this operation" in m for _, m, _ in rig.policies.events)
+
+
+def test_forged_mark_is_void_once_its_ordinal_comes_back(ms: ModelSet) -> None:
+    """pvcPolicy Retain: a scale-in leaves its PVC with this operation's mark. When a
+    scale-out brings that ordinal back, its pod uses the PVC again: the mark goes (a later
+    status naming that scale-in could not delete a serving node's volume)."""
+    rig = Rig(ms, day(ms))
+    rig.run(3600)
+    assert rig.kube.spec_replicas == 3 and "data-db-3" in rig.kube.marked
+    rig.policies.body["metadata"]["annotations"] = {"elastore.io/paused-replicas": "4"}
+    rig.run(rig.t + 600, stop=lambda: rig.kube.spec_replicas == 4)
+    assert rig.kube.spec_replicas == 4
+    assert "data-db-3" not in rig.kube.marked and "data-db-3" in rig.kube.pvcs
+
+
+def test_forged_step_further_along_waits_for_the_store(ms: ModelSet) -> None:
+    """db-2's decommission was issued and it is LEAVING (streaming its data away) when the
+    status is patched ahead to Scaling. Lowering the replicas now removes a node that still
+    holds data; the step is held (StatusRejected) until the node itself reports
+    DECOMMISSIONED and another node's ring no longer lists it, then it goes on."""
+    rig = paused_rig(ms, floor=2)
+    rig.run(60)
+    rig.kube.start_decommission(NS, "db-2", "cassandra", ("nodetool",))
+    forge(rig, 3, "Scaling", decommissionIssuedEpoch=rig.t)
+    leaving: list[str | None] = []
+
+    def look() -> bool:
+        mode = rig.kube.node_mode(NS, "db-2", "c", ("nodetool",))
+        if mode == "LEAVING":
+            leaving.append(mode)
+            assert rig.kube.spec_replicas == 3, "lowered under a LEAVING node"
+        return mode != "LEAVING"
+
+    rig.run(rig.t + 600, stop=look)
+    assert leaving and rig.kube.violations == [], rig.kube.violations
+    assert [r for r, _, w in rig.policies.events if w].count("StatusRejected") == 1
+    # the store now bears it out: the step goes on, and nothing was lost
+    rig.run(rig.t + 120, stop=lambda: rig.policies.status.get("operation") is None)
+    assert rig.kube.spec_replicas == 2 and rig.kube.violations == []
+    assert rig.cond("Conflict")["status"] == "False"

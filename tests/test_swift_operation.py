@@ -203,3 +203,68 @@ def test_a_swift_targets_spec() -> None:
         parse({**spec(swift={}), "target": {"name": "c", "replicationFactor": 3,
                                             "swift": {}}})
 
+
+@pytest.mark.parametrize(("phase", "weight", "parts", "would"), [
+    ("Removing", 100.0, 96, "ring-remove"),  # never drained
+    ("Removing", 0.0, 7, "ring-remove"),  # weight 0, still assigned partitions
+    ("Scaling", 100.0, 96, "scale"),  # still in the rings: its pod would go with its data
+    ("Scaling", 0.0, 3, "scale"),
+])
+def test_forged_swift_removal_of_a_device_that_still_holds_partitions(
+        phase: str, weight: float, parts: int, would: str) -> None:
+    """A Swift ScaleIn written into the status past its drain: the rings the pods have
+    mounted still give the device partitions. It used to remove the device (or lower the
+    replicas) at once; now the ``reject`` effect (the runner: Conflict/StatusRejected), and
+    nothing is touched."""
+    op = replace(in_op(), phase=phase)
+    st = facts(spec_replicas=4, weight=weight, partitions=parts)
+    new, eff, done = advance(op, st, 1001, pvc_policy="Delete")
+    assert (eff, done) == ("reject", False), (eff, new.message, would)
+    assert f"{parts} partition(s)" in new.message
+    # drained and out of the mounted rings: the step goes on
+    gone = facts(spec_replicas=4, weight=None, partitions=None)
+    assert advance(op, gone, 1002)[1] == "scale"
+    assert advance(replace(op, phase="Removing"), replace(gone, lagging=("swift-1",)),
+                   1003)[1] == "none"  # a pod still has the rings with the device
+
+
+class _RecordingPort:
+    """A Swift target's ports that record every call and answer none (the step under test
+    must need nothing from them)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kw: Any) -> Any:
+            self.calls.append(name)
+            raise ElastoreError(f"{name}: not expected in this test")
+        return call
+
+
+@pytest.mark.parametrize("phase", ["Removing", "Scaling"])
+def test_forged_swift_removal_the_runner_touches_nothing(monkeypatch: pytest.MonkeyPatch,
+                                                         phase: str) -> None:
+    """The runner's side of the forged Swift removal: the ``reject`` effect is the
+    Conflict condition (StatusRejected) with a Warning Event, and no ring change, scale,
+    mark or deletion is even attempted."""
+    from elastore.actuators.ports import StatefulSetFacts
+    from elastore.operator.runner import Runner, _Tick
+    from elastore.sim.kube import MemoryPolicies
+
+    body = {**spec(swift={"ringConfigMap": "rings"}), "mode": "Enforce"}
+    policies = MemoryPolicies.of("store", "objects", body)
+    port = _RecordingPort()
+    runner = Runner("store", "objects", policies, port, lambda _s: None)  # type: ignore[arg-type]
+    t = _Tick(body=policies.body, now=1001.0, status={}, conds=[], gen=1, spec=parse(body),
+              sts=StatefulSetFacts("swift", 4, 4, 4, "data", None, managed=True))
+    monkeypatch.setattr(runner, "_swift_facts", lambda _t, _op: facts(
+        spec_replicas=4, weight=100.0, partitions=96))
+    op = replace(in_op(), phase=phase)
+    new, done = runner._advance_swift(t, op)
+    assert (new, done) == (op, False) and port.calls == []
+    assert t.blocked is not None and t.blocked[0] == "StatusRejected"
+    conflict = next(c for c in t.conds if c["type"] == "Conflict")
+    assert (conflict["status"], conflict["reason"]) == ("True", "StatusRejected")
+    assert "96 partition(s)" in conflict["message"]
+    assert [r for r, _, w in policies.events if w] == ["StatusRejected"]

@@ -27,6 +27,7 @@ from elastore.actuators.nodetool import (
     compaction_tasks,
     failure_summary,
     parse_compaction_throughput,
+    parse_host_id,
     parse_mode,
     read_ring,
     repair_activity,
@@ -493,6 +494,15 @@ class KubeActuator:
 
         return read_ring(run)
 
+    def host_id(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> str:
+        """The host ID of the node in ``pod`` (``nodetool info``; a decommissioned node
+        still answers it)."""
+        res = self.nodetool(ns, pod, container, nodetool, "info", timeout_s=120)
+        if res.rc != 0:
+            raise ElastoreError(f"nodetool info in {ns}/{pod} exited {res.rc}: "
+                                f"{failure_summary(res.stdout, res.stderr, 300)}")
+        return parse_host_id(res.stdout)
+
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
         """Every node's outgoing stream throttle; returns the MiB/s set (nodetool rounds)."""
@@ -591,16 +601,27 @@ class KubeActuator:
             if exc.status != 404:
                 raise ElastoreError(f"annotating PVC {ns}/{name}: {exc.reason}") from exc
 
-    def pvc_marked(self, ns: str, name: str) -> bool:
+    def pvc_mark(self, ns: str, name: str) -> tuple[str, str | None] | None:
         from kubernetes.client.exceptions import ApiException
 
         try:
             pvc: Any = self.core.read_namespaced_persistent_volume_claim(name, ns)
         except ApiException as exc:
             if exc.status == 404:
-                return False
+                return None
             raise ElastoreError(f"reading PVC {ns}/{name}: {exc.reason}") from exc
-        return LEFT_RING_ANNOTATION in (pvc.metadata.annotations or {})
+        value = (pvc.metadata.annotations or {}).get(LEFT_RING_ANNOTATION)
+        return str(pvc.metadata.uid), None if value is None else str(value)
+
+    def unmark_pvc(self, ns: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:  # a merge patch with null removes the annotation (absent: nothing changes)
+            self.core.patch_namespaced_persistent_volume_claim(
+                name, ns, {"metadata": {"annotations": {LEFT_RING_ANNOTATION: None}}})
+        except ApiException as exc:
+            if exc.status != 404:
+                raise ElastoreError(f"unmarking PVC {ns}/{name}: {exc.reason}") from exc
 
     def delete_pvc(self, ns: str, name: str) -> None:
         from kubernetes.client.exceptions import ApiException

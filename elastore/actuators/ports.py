@@ -16,7 +16,8 @@ from elastore.errors import ElastoreError
 #: the label a StatefulSet carries to let an Enforce policy act on it
 MANAGED_LABEL = "elastore.io/managed"
 #: the annotation the operator puts on a PVC when it saw that PVC's node leave the ring:
-#: the only evidence a PVC deletion trusts (the policy's status can be patched by others)
+#: the only evidence a PVC deletion trusts (the policy's status can be patched by others);
+#: its value names the operation and the PVC's UID (elastore.operator.operation.pvc_mark)
 LEFT_RING_ANNOTATION = "elastore.io/left-ring"
 
 
@@ -147,6 +148,9 @@ class ClusterPort(Protocol):
     def ring(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> Ring:
         """The cluster as the node in ``pod`` sees it (raises if nodetool fails)."""
 
+    def host_id(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> str:
+        """The host ID of the node in ``pod``, as it says itself (raises if nodetool fails)."""
+
     def set_stream_throughput(self, ns: str, pods: list[str], container: str,
                               nodetool: tuple[str, ...], mibps: float) -> float:
         """Every listed node's outgoing stream throttle; the MiB/s actually set. Tries every
@@ -159,8 +163,13 @@ class ClusterPort(Protocol):
         """Annotate the PVC with :data:`LEFT_RING_ANNOTATION` (a PVC already gone is not an
         error)."""
 
-    def pvc_marked(self, ns: str, name: str) -> bool:
-        """Whether the PVC exists and carries :data:`LEFT_RING_ANNOTATION`."""
+    def pvc_mark(self, ns: str, name: str) -> tuple[str, str | None] | None:
+        """The PVC's UID and the value of its :data:`LEFT_RING_ANNOTATION` (None: it
+        carries none); None if the PVC does not exist."""
+
+    def unmark_pvc(self, ns: str, name: str) -> None:
+        """Remove :data:`LEFT_RING_ANNOTATION` from the PVC (its ordinal is coming back; a
+        PVC already gone or unmarked is not an error)."""
 
     def delete_pvc(self, ns: str, name: str) -> None:
         """Delete a PVC (one already gone is not an error)."""

@@ -18,7 +18,10 @@ the scaling condition not True, and exactly ``to`` pods, all ready, none decommi
 Drift: any ``spec.size`` other than the operation's own (``from`` while resizing, ``to``
 after) is someone else's change: the ``conflict`` effect, nothing touched. The status is
 writable by others, so :func:`check_identity` refuses an operation that is not a step of
-this datacenter's size.
+this datacenter's size, or a scale-in below max(replicas.min, replicationFactor). A
+``Resizing`` scale-in lowers ``spec.size`` only when the runner has found the store fit for
+it (cass-operator reports no work, the ring and the space checks pass): else it is the
+``reject`` effect, nothing touched (the status is a record, not the truth).
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ from elastore.operator.operation import (
     DEADLINE_FACTOR,
     DEADLINE_MARGIN_S,
     OperationState,
+    below_floor,
     expected_seconds,
+    new_id,
 )
 from elastore.operator.status import iso
 
-Effect = Literal["none", "resize", "conflict", "stuck"]
+Effect = Literal["none", "resize", "conflict", "stuck", "reject"]
 
 #: cass-operator's conditions that mean it is changing the datacenter
 #: (apis/cassandra/v1beta1/cassandradatacenter_types.go, DatacenterConditionType)
@@ -126,14 +131,16 @@ def start(kind: Literal["ScaleOut", "ScaleIn"], dc: str, current: int, to: int, 
         raise ElastoreError(f"{kind} from {current} to {to} is not one")
     return OperationState(kind, current, to, subject(dc), "Resizing", now_s, now_s,
                           now_s + expected_s, message="started",
-                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S)
+                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S,
+                          id=new_id())
 
 
-def check_identity(op: OperationState, dc: str, racks: int) -> None:
+def check_identity(op: OperationState, dc: str, racks: int, floor: int = 1) -> None:
     """Refuse an operation read back from the status that is not a rack-balanced step of
-    this datacenter (a status patched by someone else)."""
+    this datacenter, or that goes below ``floor`` (a status patched by someone else)."""
     if op.kind not in ("ScaleOut", "ScaleIn"):
         raise ElastoreError(f"operation of unknown kind {op.kind!r}")
+    below_floor(op, floor)
     if op.pod != subject(dc):
         raise ElastoreError(f"the operation names {op.pod!r}, not {subject(dc)!r}")
     up, down = step_sizes(op.from_replicas, racks)
@@ -145,9 +152,11 @@ def check_identity(op: OperationState, dc: str, racks: int) -> None:
         raise ElastoreError(f"operation in unknown phase {op.phase!r}")
 
 
-def advance(op: OperationState, facts: DatacenterFacts, now_s: float
-            ) -> tuple[OperationState, Effect, bool]:
-    """The next state, the effect to carry out now, and whether the operation is done."""
+def advance(op: OperationState, facts: DatacenterFacts, now_s: float,
+            unfit: str | None = None) -> tuple[OperationState, Effect, bool]:
+    """The next state, the effect to carry out now, and whether the operation is done.
+    ``unfit``: why the store is not fit for a scale-in's resize now (cass-operator busy,
+    the ring or the space checks), as the runner found it; None: fit, or not looked at."""
     def at(phase: str, message: str, **kw: Any) -> OperationState:
         return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
 
@@ -167,6 +176,9 @@ def advance(op: OperationState, facts: DatacenterFacts, now_s: float
                            "status and events say why; no further step"), "stuck", False
     if op.phase == "Resizing":
         if facts.size == op.from_replicas:
+            if op.kind == "ScaleIn" and unfit is not None:
+                return at("Resizing", f"spec.size is not lowered to {op.to_replicas}: "
+                                      f"{unfit}"), "reject", False
             return at("Resizing", f"setting spec.size to {op.to_replicas}"), "resize", False
         return at("Following", f"spec.size is {op.to_replicas}; cass-operator is "
                                f"{'adding' if op.kind == 'ScaleOut' else 'decommissioning'} "

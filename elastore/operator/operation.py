@@ -31,11 +31,20 @@ remove two pods that never left the ring.
 **Derived, not trusted.** The pod and the PVC an operation acts on follow from the target
 and the operation's ``fromReplicas`` (:func:`expected_pod`); the status is writable by
 anyone who may patch it, so :func:`check_identity` refuses an operation whose pod or PVC
-does not match.
+does not match, or a scale-in below ``max(replicas.min, replicationFactor)``.
+
+**Status is a record, not the truth.** Before every irreversible effect :func:`advance`
+wants the fact in the store itself, not the phase the status claims: the replicas of a
+scale-in are lowered only while the leaving node reports ``DECOMMISSIONED`` itself and
+another node's ring no longer lists it (``Facts.ring_gone``); a claim the store contradicts
+is the ``reject`` effect (the runner: ``Conflict``/``StatusRejected``, nothing touched). A
+PVC is deleted only if it carries *this* operation's mark (:func:`pvc_mark`: the
+operation's ``id`` and the PVC's UID, :func:`mark_honoured`).
 """
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -43,7 +52,7 @@ from elastore.errors import ElastoreError
 from elastore.operator.status import iso
 
 Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck",
-                 "cleanup"]
+                 "cleanup", "reject"]
 #: the ring mode of a node whose decommission failed (Cassandra 5.0+; netstats' ``Mode:``)
 DECOMMISSION_FAILED = "DECOMMISSION_FAILED"
 REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
@@ -79,13 +88,17 @@ class Facts:
     pod_ready: bool
     node_mode: str | None  # its node's ring mode; None if it could not be read
     pvc_exists: bool | None = None  # None: not looked at / no volume template
-    pvc_marked: bool = False  # it carries the operator's mark that its node left the ring
+    #: it carries this operation's mark that its node left the ring (:func:`mark_honoured`)
+    pvc_marked: bool = False
     decommission_failed: str | None = None  # the issued decommission exited non-zero: why
     #: the cleanup on the node at ``cleanup_ordinal`` as this process issued it: "running",
     #: "done", "failed: <why>"; None when this process issued none there (it restarted)
     cleanup: str | None = None
     #: that node's compactionstats shows a Cleanup task (None: it could not be read)
     cleanup_seen: bool | None = None
+    #: a scale-in's leaving node, as another node's ring shows it: True once that ring no
+    #: longer lists it, False while it does, None when not read (or unreadable)
+    ring_gone: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,9 @@ class OperationState:
     #: the cleaning node's compaction throttle before the cleanup set it (MiB/s; 0:
     #: unthrottled), put back when its cleanup ends
     cleanup_restore_mibps: float | None = None
+    #: the operation's own identity, generated when it begins (:func:`start`): a PVC mark
+    #: names it, so a mark left by another operation is never taken for this one's
+    id: str | None = None
 
     def cleanup_pod(self) -> str | None:
         """The pod of the node being cleaned up (the operation's pod is the new one)."""
@@ -126,7 +142,7 @@ class OperationState:
                 "cleanupOrdinal": self.cleanup_ordinal,
                 "cleanupIssuedEpoch": None if self.cleanup_issued_s is None
                 else round(self.cleanup_issued_s, 3),
-                "cleanupRestoreMiBps": self.cleanup_restore_mibps}
+                "cleanupRestoreMiBps": self.cleanup_restore_mibps, "id": self.id}
 
     @classmethod
     def from_status(cls, d: Any) -> OperationState | None:
@@ -149,7 +165,8 @@ class OperationState:
                        cleanup_issued_s=(None if d.get("cleanupIssuedEpoch") is None
                                          else float(d["cleanupIssuedEpoch"])),
                        cleanup_restore_mibps=(None if d.get("cleanupRestoreMiBps") is None
-                                              else float(d["cleanupRestoreMiBps"])))
+                                              else float(d["cleanupRestoreMiBps"])),
+                       id=None if d.get("id") is None else str(d["id"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ElastoreError(f"unreadable operation in the status: {exc!r}: {d!r}") from exc
 
@@ -168,7 +185,28 @@ def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: f
     return OperationState(kind, current, to, pod, phase, now_s, now_s, now_s + expected_s,
                           message="started",
                           pvc=f"{pvc_template}-{pod}" if pvc_template else None,
-                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S)
+                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S,
+                          id=new_id())
+
+
+def new_id() -> str:
+    """A fresh operation id."""
+    return uuid.uuid4().hex[:16]
+
+
+def pvc_mark(policy: str, at: str, op_id: str, uid: str) -> str:
+    """The value of the mark a PVC gets when its node is seen leaving: who, when, which
+    operation, and which PVC (its UID: a PVC created again under the name is another)."""
+    return f"{policy}@{at} op={op_id} uid={uid}"
+
+
+def mark_honoured(value: str | None, op_id: str | None, uid: str | None) -> bool:
+    """Whether a PVC's mark is this operation's on this very PVC: a mark left by an earlier
+    operation, on a PVC since created again, or by an operator that wrote no ids, is not."""
+    if not value or not op_id or not uid:
+        return False
+    said = dict(w.split("=", 1) for w in value.split() if "=" in w)
+    return said.get("op") == op_id and said.get("uid") == uid
 
 
 def expected_pod(kind: str, sts: str, from_replicas: int) -> str:
@@ -176,11 +214,14 @@ def expected_pod(kind: str, sts: str, from_replicas: int) -> str:
     return f"{sts}-{from_replicas if kind == 'ScaleOut' else from_replicas - 1}"
 
 
-def check_identity(op: OperationState, sts: str, pvc_template: str | None) -> None:
+def check_identity(op: OperationState, sts: str, pvc_template: str | None, floor: int = 1
+                   ) -> None:
     """Refuse an operation (read back from the status) whose pod or PVC is not the one its
-    own kind and size imply on this target: a status patched by someone else."""
+    own kind and size imply on this target, or a scale-in below ``floor``
+    (max(replicas.min, replicationFactor)): a status patched by someone else."""
     if op.kind not in ("ScaleOut", "ScaleIn"):
         raise ElastoreError(f"operation of unknown kind {op.kind!r}")
+    below_floor(op, floor)
     if op.to_replicas != op.from_replicas + (1 if op.kind == "ScaleOut" else -1) or \
             op.from_replicas < 1:
         raise ElastoreError(f"operation {op.kind} {op.from_replicas} -> {op.to_replicas} is "
@@ -197,6 +238,13 @@ def check_identity(op: OperationState, sts: str, pvc_template: str | None) -> No
         raise ElastoreError(f"the operation cleans up ordinal {op.cleanup_ordinal}; a "
                             f"{op.kind} from {op.from_replicas} replicas has old nodes "
                             f"0..{op.from_replicas - 1}")
+
+
+def below_floor(op: OperationState, floor: int) -> None:
+    """Refuse a scale-in to fewer than ``floor`` replicas, whatever its phase."""
+    if op.kind == "ScaleIn" and op.to_replicas < floor:
+        raise ElastoreError(f"{op.kind} {op.from_replicas} -> {op.to_replicas} goes below "
+                            f"max(replicas.min, replicationFactor) = {floor}")
 
 
 def allowed_replicas(op: OperationState) -> tuple[int, ...]:
@@ -281,6 +329,10 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
         if op.phase == "Decommissioning":
             mode = facts.node_mode
             if mode == "DECOMMISSIONED":
+                if facts.ring_gone is not True:
+                    return at("Decommissioning", f"{op.pod} reports DECOMMISSIONED; waiting "
+                                                 "for another node's ring to drop it"), \
+                        "none", False
                 return at("Scaling", f"{op.pod} has left the ring; lowering replicas to "
                                      f"{op.to_replicas}"), "scale", False
             if mode == "NORMAL":
@@ -298,6 +350,19 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
                                          f"{mode or 'not answering'}; waiting"), "none", False
         if op.phase == "Scaling":
             if facts.spec_replicas > op.to_replicas:
+                # the status says the node left; the store must say so too (issue 34)
+                mode = facts.node_mode
+                if mode not in ("DECOMMISSIONED", None):
+                    return at("Scaling", f"the status says {op.pod} has left the ring; its "
+                                         f"node reports {mode}, not DECOMMISSIONED"), \
+                        "reject", False
+                if mode is None:
+                    return at("Scaling", f"waiting: {op.pod}'s node does not answer (it "
+                                         "must report DECOMMISSIONED before its pod goes)"), \
+                        "none", False
+                if facts.ring_gone is not True:
+                    return at("Scaling", f"{op.pod} reports DECOMMISSIONED; waiting for "
+                                         "another node's ring to drop it"), "none", False
                 return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
             if facts.pod_exists:
                 return at("Scaling", f"waiting for {op.pod} to go"), "none", False
@@ -307,7 +372,8 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
                 if facts.pvc_marked:
                     return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
                 return at("Done", f"{op.pod} removed; PVC {op.pvc} retained: it carries no "
-                                  "mark that its node left the ring"), "none", True
+                                  "mark of this operation that its node left the ring"), \
+                    "none", True
             kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
             return at("Done", f"{op.pod} removed{kept}"), "none", True
     raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")

@@ -367,6 +367,40 @@ class Runner:
             self.policies.event(t.body, reason, message, warning=True)
         t.cond("Conflict", True, reason, message)
 
+    def _reject(self, t: _Tick, op: operation.OperationState, why: str
+                ) -> tuple[operation.OperationState, bool]:
+        """The operation in the status claims what the store does not bear out: the
+        ``Conflict`` condition (``StatusRejected``, an Event when new), no effect; the
+        status keeps the operation as it was (a human aborts it, or the store catches up)."""
+        t.blocked = ("StatusRejected", f"the operation in the status is not borne out by the "
+                                       f"cluster: {why}; touching nothing")
+        self._conflict(t)
+        t.cond(_scaling(op.kind), True, "Blocked",
+               f"{op.kind} {op.from_replicas} -> {op.to_replicas} held: {t.blocked[1]}")
+        t.out["operation"] = op.to_status()
+        return op, False
+
+    def _mark_pvc(self, t: _Tick, op: operation.OperationState) -> None:
+        """The evidence a later PVC deletion trusts: this operation saw the PVC's node (or
+        its data) leave; the mark names the operation and the PVC's UID."""
+        if not op.pvc or op.id is None:
+            return
+        got = self.kube.pvc_mark(self.namespace, op.pvc)
+        if got is not None:
+            self.kube.mark_pvc(self.namespace, op.pvc,
+                               operation.pvc_mark(self.name, iso(t.now), op.id, got[0]))
+
+    def _pvc_facts(self, op: operation.OperationState) -> tuple[bool | None, bool]:
+        """In a scale-in's Cleanup: whether its PVC exists, and whether it carries this
+        operation's own mark on this very PVC."""
+        if not op.pvc or op.phase != "Cleanup":
+            return None, False
+        got = self.kube.pvc_mark(self.namespace, op.pvc)
+        if got is None:
+            return False, False
+        uid, value = got
+        return True, operation.mark_honoured(value, op.id, uid)
+
     def _current(self, t: _Tick, sts: StatefulSetFacts) -> None:
         t.sts = sts
         t.out["currentReplicas"] = sts.spec_replicas
@@ -409,11 +443,12 @@ class Runner:
             self._abort(t, op, why)
             return False
         if t.blocked is None:
+            floor = max(t.spec.min_replicas, t.spec.target.replication_factor)
             try:
                 if t.dc is not None:
-                    dcoperation.check_identity(op, t.spec.target.name, len(t.dc.racks))
+                    dcoperation.check_identity(op, t.spec.target.name, len(t.dc.racks), floor)
                 else:
-                    operation.check_identity(op, t.spec.target.name, t.sts.pvc_template)
+                    operation.check_identity(op, t.spec.target.name, t.sts.pvc_template, floor)
             except ElastoreError as exc:
                 t.blocked = ("StatusRejected", f"the operation in the status is not this "
                                                f"policy's own: {exc}; touching nothing")
@@ -422,6 +457,8 @@ class Runner:
             t.cond(_scaling(op.kind), True, "Blocked",
                    f"{op.kind} {op.from_replicas} -> {op.to_replicas} held: {t.blocked[1]}")
             return True
+        if op.id is None:  # begun by an operator that gave none: one now, kept in the status
+            op = replace(op, id=operation.new_id())
         new, done = self._advance_dc(t, op) if t.dc is not None else self._advance(t, op)
         t.operation = None if done else new
         if not done:
@@ -1192,10 +1229,20 @@ class Runner:
                     ) -> tuple[operation.OperationState, bool]:
         """One step of a datacenter's resize (:mod:`elastore.operator.dcoperation`): the
         state is written before its effect, as for a node step."""
-        spec, dc = t.spec, t.dc
-        assert spec is not None and dc is not None and isinstance(self.kube, DatacenterPort)
-        new, effect, done = dcoperation.advance(op, dc, t.now)
+        spec, dc, sts = t.spec, t.dc, t.sts
+        assert spec is not None and dc is not None and sts is not None and \
+            isinstance(self.kube, DatacenterPort)
+        unfit = None
+        if op.kind == "ScaleIn" and op.phase == "Resizing" and dc.size == op.from_replicas \
+                and not t.ring_checked:
+            # read from the status: the size is lowered only on the checks a new step has
+            # (cass-operator's own conditions, the floor, the ring and the space)
+            unfit = dcoperation.busy(dc) or self._refuse_dc(
+                spec, sts, op.kind, op.to_replicas, dc.pods[0] if dc.pods else "")
+        new, effect, done = dcoperation.advance(op, dc, t.now, unfit)
         ctype = _scaling(op.kind)
+        if effect == "reject":
+            return self._reject(t, op, new.message)
         if effect == "stuck" or new.phase == "Stuck":
             if effect == "stuck":
                 self.policies.event(t.body, "OperationStuck", new.message, warning=True)
@@ -1312,6 +1359,23 @@ class Runner:
                                        spec.compaction_margin, leaving)
         return None if refused is None else f"{pod}: {refused}"
 
+    def _ring_gone(self, spec: PolicySpec, pod: str) -> bool | None:
+        """Whether another node's ring no longer lists the node of ``pod`` (its host ID as
+        its own ``nodetool info`` gives it); None if either could not be read."""
+        other = f"{spec.target.name}-0"
+        if pod == other:
+            return None
+        try:
+            me = self.kube.host_id(self.namespace, pod, spec.target.container,
+                                   spec.target.nodetool)
+            view = self.kube.ring(self.namespace, other, spec.target.container,
+                                  spec.target.nodetool)
+        except ElastoreError as exc:
+            log.warning("%s/%s: the ring could not be read to see %s gone: %s",
+                        self.namespace, self.name, pod, exc)
+            return None
+        return all(n.host_id != me for n in view.nodes)
+
     def _advance(self, t: _Tick, op: operation.OperationState
                  ) -> tuple[operation.OperationState, bool]:
         """One step of the operation: observe, decide the next state (pure), write it, then
@@ -1323,16 +1387,16 @@ class Runner:
         exists, ready = self.kube.pod(self.namespace, op.pod)
         mode = self.kube.node_mode(self.namespace, op.pod, spec.target.container,
                                    spec.target.nodetool) if exists else None
-        cleanup = bool(op.pvc) and op.phase == "Cleanup"
-        pvc = self.kube.pvc_exists(self.namespace, op.pvc) if cleanup and op.pvc else None
-        marked = bool(pvc) and op.pvc is not None and self.kube.pvc_marked(self.namespace,
-                                                                           op.pvc)
+        pvc, marked = self._pvc_facts(op)
+        gone = self._ring_gone(spec, op.pod) if op.kind == "ScaleIn" and \
+            op.phase in ("Decommissioning", "Scaling") and \
+            sts.spec_replicas > op.to_replicas and mode == "DECOMMISSIONED" else None
         failed = self.kube.decommission_failure(self.namespace, op.pod) if \
             op.kind == "ScaleIn" and op.phase == "Decommissioning" and \
             op.decommission_issued_s is not None else None
         said, seen = self._cleanup_facts(t, op)
         facts = operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
-                                marked, failed, said, seen)
+                                marked, failed, said, seen, gone)
         try:
             new, effect, done = operation.advance(op, facts, t.now, spec.pvc_policy,
                                                   cleanup=spec.cleanup)
@@ -1357,6 +1421,8 @@ class Runner:
             t.cond(_scaling(op.kind), True, "Blocked", new.message)
             t.out["operation"] = new.to_status()
             return new, False
+        if effect == "reject":
+            return self._reject(t, op, new.message)
         t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
         if effect == "decommission" and not t.ring_checked:
             refused = self._ring_refusal(spec, sts, new.pod)
@@ -1367,9 +1433,11 @@ class Runner:
         # the state first, then the effect: a restart in between repeats nothing harmful
         self.policies.patch_status(self.namespace, self.name,
                                    {"operation": None if done else new.to_status()})
-        if op.phase == "Decommissioning" and new.phase == "Scaling" and new.pvc:
-            # the evidence a later PVC deletion trusts: seen leaving the ring, by this loop
-            self.kube.mark_pvc(self.namespace, new.pvc, f"{self.name}@{iso(t.now)}")
+        if op.phase == "Decommissioning" and new.phase == "Scaling":
+            self._mark_pvc(t, new)  # seen leaving the ring, by this operation
+        if effect == "scale" and op.kind == "ScaleOut" and new.pvc:
+            # the ordinal comes back: a mark an earlier scale-in left on its PVC is void
+            self.kube.unmark_pvc(self.namespace, new.pvc)
         if effect == "scale":
             try:
                 self.kube.scale(self.namespace, spec.target.name, new.to_replicas,
@@ -1538,15 +1606,14 @@ class Runner:
         assert spec is not None and sts is not None and isinstance(self.kube, SwiftPort)
         exists, ready = self.kube.pod(self.namespace, op.pod)
         ip = self.kube.pod_ip(self.namespace, op.pod) if exists else None
-        cleanup = bool(op.pvc) and op.phase == "Cleanup"
-        pvc = self.kube.pvc_exists(self.namespace, op.pvc) if cleanup and op.pvc else None
-        marked = bool(pvc) and op.pvc is not None and self.kube.pvc_marked(self.namespace,
-                                                                           op.pvc)
+        pvc, marked = self._pvc_facts(op)
         weight = parts = None
         lagging: tuple[str, ...] | None = None
         progress: dict[str, Misplaced] | None = None
         why = ""
-        if op.phase in ("Joining", "Draining", "Removing"):
+        lowering = op.kind == "ScaleIn" and op.phase == "Scaling" and \
+            sts.spec_replicas > op.to_replicas  # the rings must show the device gone
+        if op.phase in ("Joining", "Draining", "Removing") or lowering:
             try:
                 _, rings = self._swift_rings(spec)
                 dev = None if ip is None else \
@@ -1638,6 +1705,8 @@ class Runner:
             t.cond(ctype, True, "Blocked", new.message)
             t.out["operation"] = new.to_status()
             return new, False
+        if effect == "reject":
+            return self._reject(t, op, new.message)
         t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
         if new.phase != op.phase:
             self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
@@ -1645,9 +1714,10 @@ class Runner:
         # device already in the rings is not added again; a weight already 0 stays 0)
         self.policies.patch_status(self.namespace, self.name,
                                    {"operation": None if done else new.to_status()})
-        if op.phase in swiftoperation.BEFORE_SCALING and new.phase == "Scaling" and new.pvc:
-            # the evidence a later PVC deletion trusts: its data seen gone, by this loop
-            self.kube.mark_pvc(self.namespace, new.pvc, f"{self.name}@{iso(t.now)}")
+        if op.phase in swiftoperation.BEFORE_SCALING and new.phase == "Scaling":
+            self._mark_pvc(t, new)  # its data seen gone, by this operation
+        if effect == "scale" and op.kind == "ScaleOut" and new.pvc:
+            self.kube.unmark_pvc(self.namespace, new.pvc)  # the ordinal comes back
         try:
             if effect == "scale":
                 self.kube.scale(self.namespace, spec.target.name, new.to_replicas,

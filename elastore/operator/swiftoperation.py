@@ -19,6 +19,11 @@ pod has the rings, nothing is out of place and the ring assigns it no partition)
 ``Removing`` (its device out of the rings: ``ring-remove``; until every pod has them) ->
 ``Scaling`` (replicas - 1, until the pod is gone) -> ``Cleanup`` (the PVC per policy).
 
+The status is a record, not the truth: a device is removed from the rings only while the
+rings give it weight 0 and no partition, and the replicas are lowered only when the rings
+every pod has mounted no longer hold it; a phase the rings contradict is the ``reject``
+effect (the runner: ``Conflict``/``StatusRejected``, nothing touched).
+
 Every ring change moves at most one replica of a partition (the rings' ``min_part_hours``
 is declared passed once per change, and a change is made only when the previous one has
 finished moving): the other replicas keep serving it while it moves.
@@ -35,7 +40,7 @@ from elastore.operator.operation import OperationState, allowed_replicas
 from elastore.operator.status import iso
 
 Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "delete-pvc",
-                 "conflict", "stuck"]
+                 "conflict", "stuck", "reject"]
 #: the phases in which a scale-in has not lowered the replicas yet
 BEFORE_SCALING = ("Draining", "Removing")
 
@@ -141,6 +146,9 @@ def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str
                 # one rebalance moves one replica of a partition: the rest go in another
                 return at("Draining", f"{op.pod} still has {facts.partitions} partition(s) "
                                       "assigned; rebalancing again"), "ring-drain", False
+            if facts.weight is None and not facts.pod_ip:
+                return at("Draining", f"waiting: {op.pod} has no IP (its device cannot be "
+                                      "looked up in the rings)"), "none", False
             if facts.weight is None:
                 return at("Scaling", f"{op.pod} is out of the rings and nothing is out of "
                                      f"place; lowering replicas to {op.to_replicas}"), \
@@ -148,9 +156,16 @@ def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str
             return at("Removing", f"{op.pod} is drained; removing its device from the "
                                   "rings"), "ring-remove", False
         if op.phase == "Removing":
+            if facts.weight is not None and (facts.weight > 0 or (facts.partitions or 0) > 0):
+                return at("Removing", f"the status says {op.pod} is drained; its device has "
+                                      f"weight {facts.weight:g} and {facts.partitions or 0} "
+                                      "partition(s) in the rings"), "reject", False
             if facts.weight is not None:
                 return at("Removing", f"removing {op.pod}'s device from the rings"), \
                     "ring-remove", False
+            if not facts.pod_ip:
+                return at("Removing", f"waiting: {op.pod} has no IP (its device cannot be "
+                                      "looked up in the rings)"), "none", False
             if facts.lagging is None:
                 return at("Removing", f"the pods' rings are not known: {facts.why}"), \
                     "none", False
@@ -161,6 +176,18 @@ def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str
                                  f"{op.to_replicas}"), "scale", False
         if op.phase == "Scaling":
             if facts.spec_replicas > op.to_replicas:
+                # the status says the device is out of the rings; the rings must say so too
+                if facts.weight is not None:
+                    return at("Scaling", f"the status says {op.pod} is out of the rings; its "
+                                         f"device is in them (weight {facts.weight:g}, "
+                                         f"{facts.partitions or 0} partition(s))"), \
+                        "reject", False
+                if not facts.pod_ip or facts.lagging is None or facts.lagging:
+                    why = f"{op.pod} has no IP" if not facts.pod_ip else \
+                        f"the pods' rings are not known: {facts.why}" if facts.lagging is None \
+                        else f"{', '.join(facts.lagging)} do not have the current rings yet"
+                    return at("Scaling", f"waiting before lowering replicas: {why}"), \
+                        "none", False
                 return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
             if facts.pod_exists:
                 return at("Scaling", f"waiting for {op.pod} to go"), "none", False

@@ -51,7 +51,8 @@ class SimulatedKube:
         self.managed = True  # the simulated target opts in to Enforce
         self.owner: str | None = None
         self.others: list[str] = []  # other scalers of it ("Kind/name"), for tests
-        self.marked: set[str] = set()  # PVCs annotated as their node having left the ring
+        #: PVCs annotated as their node having left the ring: name -> the annotation's value
+        self.marked: dict[str, str] = {}
         self.refuse_decommission: str | None = None  # tests: the store refuses, saying this
         self.failures: dict[str, str] = {}
         self.down: set[int] = set()  # tests: nodes nodetool status shows DN
@@ -64,7 +65,11 @@ class SimulatedKube:
         self.restarts: dict[int, int] = {}  # each pod's container restartCount
         self._next_uid = self.spec_replicas
         self.decommissioned: set[int] = set()  # nodes that left the ring; their pod remains
-        self.pvcs = {self._pvc(k) for k in range(self.spec_replicas)} - {None}
+        self.pvcs: set[str] = set()
+        self.pvc_uids: dict[str, str] = {}  # each PVC's UID (a PVC made again gets a new one)
+        self._pvc_serial = 0
+        for k in range(self.spec_replicas):
+            self._new_pvc(k)
         self._leaving: int | None = None  # the node a decommission was issued for
         self.now_s = 0.0
         self.calls: list[tuple[float, str]] = []  # every effect asked for, in order
@@ -79,6 +84,20 @@ class SimulatedKube:
 
     def _pvc(self, k: int) -> str | None:
         return f"{self.pvc_template}-{self.name}-{k}" if self.pvc_template else None
+
+    def _new_pvc(self, k: int) -> None:
+        """The StatefulSet controller creates pod k's PVC, unless it is there (retained)."""
+        pvc = self._pvc(k)
+        if pvc is not None and pvc not in self.pvcs:
+            self.pvcs.add(pvc)
+            self._pvc_uid(pvc)
+
+    def _pvc_uid(self, name: str) -> str:
+        """The PVC's UID; one made by a test (``pvcs.add``) gets its own when first read."""
+        if name not in self.pvc_uids:
+            self._pvc_serial += 1
+            self.pvc_uids[name] = f"pvc-uid-{self._pvc_serial}"
+        return self.pvc_uids[name]
 
     def _ordinal(self, ns: str, pod: str) -> int | None:
         prefix = f"{self.name}-"
@@ -143,8 +162,7 @@ class SimulatedKube:
         self.calls.append((self.now_s, f"scale {replicas}"))
         if replicas > self.spec_replicas:
             for k in range(self.spec_replicas, replicas):
-                if (pvc := self._pvc(k)) is not None:
-                    self.pvcs.add(pvc)
+                self._new_pvc(k)
                 self._new_pod(k)
             self.cluster.target = max(self.cluster.target, replicas)
         for k in range(replicas, self.spec_replicas):  # pods removed
@@ -313,18 +331,33 @@ class SimulatedKube:
         return Ring(tuple(nodes), {name: Replication("SimpleStrategy", {"": rf})
                                    for name, rf in self.keyspaces.items()}, _host_id(k))
 
+    def host_id(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]) -> str:
+        """``nodetool info``'s ID (a decommissioned node keeps answering it)."""
+        k = self._ordinal(ns, pod)
+        if k is None:
+            raise ElastoreError(f"pod {ns}/{pod} does not exist")
+        self.calls.append((self.now_s, f"info {pod}"))
+        return _host_id(k)
+
     def mark_pvc(self, ns: str, name: str, value: str) -> None:
         self.calls.append((self.now_s, f"mark pvc {name}"))
         if ns == self.namespace and name in self.pvcs:
-            self.marked.add(name)
+            self.marked[name] = value
 
-    def pvc_marked(self, ns: str, name: str) -> bool:
-        return ns == self.namespace and name in self.pvcs and name in self.marked
+    def pvc_mark(self, ns: str, name: str) -> tuple[str, str | None] | None:
+        if ns != self.namespace or name not in self.pvcs:
+            return None
+        return self._pvc_uid(name), self.marked.get(name)
+
+    def unmark_pvc(self, ns: str, name: str) -> None:
+        if ns == self.namespace and self.marked.pop(name, None) is not None:
+            self.calls.append((self.now_s, f"unmark pvc {name}"))
 
     def delete_pvc(self, ns: str, name: str) -> None:
         self.calls.append((self.now_s, f"delete pvc {name}"))
         self.pvcs.discard(name)
-        self.marked.discard(name)  # its annotations go with it
+        self.pvc_uids.pop(name, None)
+        self.marked.pop(name, None)  # its annotations go with it
 
 
 @dataclass
