@@ -10,11 +10,12 @@ FORECAST_VENV := .venv-forecast
 FORECAST_STAMP := $(FORECAST_VENV)/.installed
 MSTL_TESTS := tests/test_predictor_mstl.py
 
-.PHONY: demo test lint typecheck unit lab-deps k8s-deps clean help
+.PHONY: demo test test-setup lab-check lint typecheck unit lab-deps k8s-deps clean help
 
 help:
 	@echo "make demo   - create .venv, install, run the main job (elastore simulate) on the built-in default trace"
-	@echo "make test   - install everything the suites need, then lint, type-check and test"
+	@echo "make test   - install everything the suites need, then lint, type-check and test the mechanisms (CI)"
+	@echo "make lab-check - the lab's measurements (hours): each writes experiments/*/results.json"
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "elastore needs Python >= 3.11"'
@@ -68,20 +69,25 @@ k8s-deps: $(TEST_STAMP)
 	  print("kubernetes test binaries:", ensure_binaries(print)); print("helm:", ensure_helm(print)); \
 	  print("cass-operator CRD:", cass_operator_crd())'
 
-# Two phases. What needs no lab (the unit suites and the k8s suites with stand-ins: each
-# control plane on its own free ports and directory) runs on 3 workers, one file per worker
-# at a time (pytest-xdist --dist loadfile: a module's fixtures stay in one process). Then
-# the lab suites run one at a time with the machine to themselves: their latencies are
-# what they measure (the calibration test's sweep and day must see the same neighbours).
-# Both phases always run; the exit code is the first failure's (5, nothing selected: fine).
-# The MSTL baseline's tests run in .venv-forecast: statsforecast needs pandas < 3 and the
-# package runs on pandas 3 (pyproject.toml's `forecast` extra).
-test: $(TEST_STAMP) lint typecheck lab-deps k8s-deps $(FORECAST_STAMP)
-	@rc=0; \
-	$(FORECAST_VENV)/bin/pytest -p no:cacheprovider -q $(MSTL_TESTS) || rc=$$?; \
-	$(BIN)/pytest -m "not lab" -n 3 --dist loadfile --ignore=$(MSTL_TESTS) $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || [ $$rc -ne 0 ] || rc=$$r; }; \
-	$(BIN)/pytest -m lab --ignore=$(MSTL_TESTS) $(PYTEST_ARGS) || { r=$$?; [ $$r -eq 5 ] || [ $$rc -ne 0 ] || rc=$$r; }; \
-	exit $$rc
+# Two tiers (docs/testing.md). `make test` (CI) tests mechanisms: lint, types, the MSTL
+# baseline's tests (in .venv-forecast: statsforecast needs pandas < 3, the package runs on
+# pandas 3), then what times nothing on 3 pytest-xdist workers (unit suites, control-plane
+# suites, lab tests marked `concurrent`), then the lab suites that time something, one at a
+# time with the machine to themselves. Every phase runs; the exit code is the first
+# failure's. It ends with the time of each phase and the 25 slowest test files
+# (.test-times/summary.json). Budget: 40 min with warm caches, 60 cold, on 2 cores.
+# `make lab-check` runs the measurements (hours): each writes experiments/*/results.json
+# and fails on a missed target; LAB_CHECK=name,name runs some of them.
+test:
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory test-setup && \
+	$(BIN)/python tests/tiers.py test --since $$start -- $(PYTEST_ARGS)
+
+test-setup: $(TEST_STAMP) lab-deps k8s-deps $(FORECAST_STAMP)
+
+LAB_CHECK ?=
+lab-check: test-setup
+	$(BIN)/python tests/tiers.py lab-check $(if $(LAB_CHECK),--only $(LAB_CHECK))
 
 $(FORECAST_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(FORECAST_VENV)
@@ -90,4 +96,4 @@ $(FORECAST_STAMP): pyproject.toml
 	@touch $@
 
 clean:
-	rm -rf $(VENV) $(FORECAST_VENV) elastore-report .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(FORECAST_VENV) elastore-report .pytest_cache .mypy_cache .ruff_cache .test-times

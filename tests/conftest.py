@@ -43,3 +43,29 @@ def all_projects_csv(shared_dir: Path) -> Path:
 @pytest.fixture(scope="session")
 def pages_csv(shared_dir: Path) -> Path:
     return shared_dir / "traces" / "wikipedia" / "en-2016-01-pages-hourly.csv.gz"
+
+
+# -- the suite's own clock (issue 33) ------------------------------------------------------
+# ``tests/tiers.py`` sets ELASTORE_TIMINGS to a file; every test's setup, call and teardown
+# time is appended to it as one JSON line, so that the run can end with its slowest files.
+# Under pytest-xdist each report reaches the controller as well as being made on a worker:
+# only the controller (no ``workerinput``) writes, so nothing is counted twice.
+_TIMINGS = os.environ.get("ELASTORE_TIMINGS")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not _TIMINGS:
+        return
+    import json
+
+    line = json.dumps({"nodeid": report.nodeid, "when": report.when,
+                       "seconds": round(float(report.duration), 3),
+                       "outcome": report.outcome}) + "\n"
+    with open(_TIMINGS, "a", encoding="utf-8") as fh:
+        fh.write(line)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _TIMINGS
+    if hasattr(config, "workerinput"):
+        _TIMINGS = None  # a pytest-xdist worker: the controller records its reports

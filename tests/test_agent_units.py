@@ -189,6 +189,7 @@ def test_agent_shaper_guarantees_both_classes_in_both_directions(podnet: Any) ->
 
 
 @pytest.mark.lab
+@pytest.mark.concurrent  # the tc tree's shape, read back: no rate is measured
 def test_agent_shaper_rates_change_live_and_a_wrong_tree_is_rebuilt(podnet: Any) -> None:
     _, p1_ip, veth = podnet.pods["p1"]
     ipr = _ns(podnet)
@@ -217,6 +218,7 @@ def test_agent_shaper_rates_change_live_and_a_wrong_tree_is_rebuilt(podnet: Any)
 
 
 @pytest.mark.lab
+@pytest.mark.concurrent  # whose qdiscs stay: no rate is measured
 def test_agent_shaper_leaves_what_is_not_its_own(podnet: Any) -> None:
     _, p1_ip, veth = podnet.pods["p1"]
     sh = ["ip", "netns", "exec", podnet.host, "tc"]

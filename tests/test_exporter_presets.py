@@ -31,7 +31,8 @@ from elastore.operator.presets import PRESETS
 from elastore.operator.spec import parse
 from elastore.units import MIB
 
-pytestmark = pytest.mark.lab
+# real Prometheus, synthetic exporters: nothing here is timed (make test's parallel phase)
+pytestmark = [pytest.mark.lab, pytest.mark.concurrent]
 
 NS, STS, RF = "shop", "db", 3
 #: microsecond bucket bounds, log-linear as Cassandra's (the Management API's

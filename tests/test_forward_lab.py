@@ -17,6 +17,7 @@ from elastore.lab import netns
 
 
 @pytest.mark.lab
+@pytest.mark.concurrent  # a relay's bytes, not its speed
 def test_a_namespace_reaches_a_port_of_ours_through_the_reverse_forwarder() -> None:
     ns = f"elastore-rf-{os.getpid()}"
 

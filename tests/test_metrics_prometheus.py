@@ -26,7 +26,8 @@ from elastore.sim.engine import Cluster
 from elastore.sim.kube import MemoryPolicies, SimulatedKube
 from elastore.units import GIB
 
-pytestmark = pytest.mark.lab
+# real Prometheus, synthetic exporters: nothing here is timed (make test's parallel phase)
+pytestmark = [pytest.mark.lab, pytest.mark.concurrent]
 
 NS, STS, POLICY = "shop", "db", "orders"
 RPS = 900.0

@@ -25,7 +25,8 @@ from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.metrics import Credentials, PrometheusSource, resolve_credentials
 from elastore.operator.spec import SpecError, parse
 
-pytestmark = pytest.mark.lab
+# real Prometheus behind TLS and auth: nothing here is timed (make test's parallel phase)
+pytestmark = [pytest.mark.lab, pytest.mark.concurrent]
 
 NS, STS = "shop", "db"
 RPS = 600.0

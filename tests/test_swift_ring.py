@@ -82,6 +82,7 @@ def test_the_shaper_takes_swifts_ports_and_refuses_ports_it_cannot_tell_apart() 
 
 
 @pytest.mark.lab
+@pytest.mark.concurrent  # Debian's ring builder on files: nothing timed
 def test_ring_files_change_in_one_process_and_keep_their_form(tmp_path: Path) -> None:
     """The operator's ring change on real builders (Debian's Swift): a ConfigMap's files
     (builders gzipped) in, new files out; add, drain (weight 0: no partition left), remove;

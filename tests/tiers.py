@@ -1,0 +1,211 @@
+"""The two test tiers, run phase by phase, timed (issue 33).
+
+    python tests/tiers.py test [--since EPOCH] [-- PYTEST_ARGS...]
+    python tests/tiers.py lab-check [--only NAME[,NAME...]] [--list]
+
+``test`` (what ``make test`` and CI run) is the mechanisms: lint, types, the MSTL baseline's
+tests in their own venv, then the suites that measure nothing on 3 pytest-xdist workers (the
+unit suites, the control-plane suites, and the lab tests marked ``concurrent``: they read
+real components but time nothing), then the lab suites that do time something, one at a
+time with the machine to themselves. Every phase always runs; the exit code is the first
+failure's (pytest's 5, "nothing selected", is not one). At the end it prints each phase's
+time and the slowest test files, and writes them to ``.test-times/summary.json``.
+
+``lab-check`` (``make lab-check``) is the measurements: each one writes ``results.json`` beside
+its experiment (figures, targets, commit, date, cores) and fails when a target is missed.
+They take hours in all; ``--only`` runs some of them. See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+VENV = REPO / ".venv" / "bin"
+FORECAST_VENV = REPO / ".venv-forecast" / "bin"
+MSTL_TESTS = "tests/test_predictor_mstl.py"
+OUT = REPO / ".test-times"
+#: how many of the slowest files the summary lists
+SLOWEST = 25
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    argv: tuple[str, ...]
+    #: a pytest run: its per-test times are recorded, and exit 5 (nothing selected) is fine
+    pytest: bool = False
+
+
+def test_phases(extra: list[str]) -> list[Phase]:
+    py = (str(VENV / "pytest"),)
+    return [
+        Phase("lint", (str(VENV / "ruff"), "check", "elastore", "tests", "benchmarks",
+                       "experiments")),
+        Phase("types", (str(VENV / "mypy"),)),
+        # statsforecast needs pandas < 3; the package and the rest run on pandas 3
+        Phase("mstl", (str(FORECAST_VENV / "pytest"), "-p", "no:cacheprovider", "-q",
+                       MSTL_TESTS, *extra), pytest=True),
+        # nothing here times anything: 3 workers, a module's fixtures in one process
+        Phase("parallel", (*py, "-m", "not measure and (not lab or concurrent)", "-n", "3",
+                           "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra),
+              pytest=True),
+        # latencies, rates and deadlines are part of what these check: one at a time
+        Phase("lab", (*py, "-m", "lab and not concurrent and not measure",
+                      f"--ignore={MSTL_TESTS}", *extra), pytest=True),
+    ]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    name: str
+    argv: tuple[str, ...]
+    results: str  # the results.json it writes, from the repository's root
+    minutes: int  # about, on the 2-core lab
+    what: str
+
+
+def measurements() -> list[Measurement]:
+    py = str(VENV / "python")
+    return [
+        Measurement("calibration", (str(VENV / "pytest"), "-p", "no:xdist", "-m", "measure",
+                                    "tests/test_calibration_lab_k8s.py", "-s"),
+                    "experiments/calibration/results.json", 21,
+                    "the learned SLO border against a profile sweep of the same lab (issue 18)"),
+        Measurement("repeatability", (py, "experiments/profiles/repeatability.py"),
+                    "experiments/profiles/results.json", 10,
+                    "how far one load point's p95 moves over minutes on this lab"),
+        Measurement("interference", (py, "experiments/interference/run.py"),
+                    "experiments/interference/results.json", 31,
+                    "the interference index's rank correlation with the store's slowdown"),
+        Measurement("bwman", (py, "experiments/bwman/run.py"),
+                    "experiments/bwman/results.json", 35,
+                    "BwMan on real Cassandra: a decommission under load, with and without"),
+        Measurement("swift-bwman", (py, "experiments/swift-bwman/run.py", "--reps", "1"),
+                    "experiments/swift-bwman/results.json", 16,
+                    "BwMan on real Swift: a node added under load, with and without"),
+        Measurement("agent", (py, "experiments/agent/run.py"),
+                    "experiments/agent/results.json", 25,
+                    "the node agent through the operator: a scale-out under load"),
+    ]
+
+
+def _run(argv: tuple[str, ...] | list[str], env: dict[str, str]) -> tuple[int, float]:
+    t0 = time.monotonic()
+    print(f"\n=== {' '.join(argv)}", flush=True)
+    rc = subprocess.call(list(argv), cwd=REPO, env=env)
+    return rc, time.monotonic() - t0
+
+
+def _by_file(timings: Path) -> dict[str, float]:
+    per: dict[str, float] = defaultdict(float)
+    if not timings.exists():
+        return per
+    for line in timings.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a killed run
+        per[str(rec["nodeid"]).split("::", 1)[0]] += float(rec["seconds"])
+    return per
+
+
+def _fmt(seconds: float) -> str:
+    return f"{seconds / 60:5.1f} min" if seconds >= 60 else f"{seconds:5.0f} s  "
+
+
+def run_tests(since: float | None, extra: list[str]) -> int:
+    OUT.mkdir(exist_ok=True)
+    began = time.time()
+    rows: list[tuple[str, float, int]] = []
+    if since is not None:
+        rows.append(("set-up (installs)", began - since, 0))
+    rc_first = 0
+    files: dict[str, tuple[str, float]] = {}
+    for ph in test_phases(extra):
+        timings = OUT / f"{ph.name}.jsonl"
+        timings.unlink(missing_ok=True)
+        env = dict(os.environ, ELASTORE_TIMINGS=str(timings))
+        rc, secs = _run(ph.argv, env)
+        ok = rc == 0 or (ph.pytest and rc == 5)
+        rows.append((ph.name, secs, 0 if ok else rc))
+        if not ok and rc_first == 0:
+            rc_first = rc
+        for f, s in _by_file(timings).items():
+            files[f] = (ph.name, s)
+    total = time.time() - (since if since is not None else began)
+    print("\n=== make test: time per phase")
+    for name, secs, rc in rows:
+        print(f"  {name:<20} {_fmt(secs)}{'' if rc == 0 else f'   FAILED (exit {rc})'}")
+    print(f"  {'total':<20} {_fmt(total)}")
+    slow = sorted(files.items(), key=lambda kv: -kv[1][1])[:SLOWEST]
+    print(f"=== the {len(slow)} slowest test files (setup + tests + teardown)")
+    for f, (ph_name, s) in slow:
+        print(f"  {_fmt(s)}  {ph_name:<9} {f}")
+    (OUT / "summary.json").write_text(json.dumps({
+        "phases": [{"name": n, "seconds": round(s, 1), "exit": rc} for n, s, rc in rows],
+        "total_seconds": round(total, 1), "cores": os.cpu_count(),
+        "slowest_files": [{"file": f, "phase": p, "seconds": round(s, 1)}
+                          for f, (p, s) in slow]}, indent=1))
+    return rc_first
+
+
+def run_lab_check(only: list[str] | None) -> int:
+    chosen = measurements()
+    if only:
+        unknown = sorted(set(only) - {m.name for m in chosen})
+        if unknown:
+            print(f"lab-check: no measurement named {', '.join(unknown)}; there are "
+                  f"{', '.join(m.name for m in chosen)}", file=sys.stderr)
+            return 2
+        chosen = [m for m in chosen if m.name in only]
+    total = sum(m.minutes for m in chosen)
+    print(f"lab-check: {len(chosen)} measurement(s), about {total} min on a 2-core lab: "
+          f"{', '.join(m.name for m in chosen)}", flush=True)
+    rows = []
+    for k, m in enumerate(chosen, 1):
+        print(f"\n[{k}/{len(chosen)}] {m.name} (~{m.minutes} min): {m.what}", flush=True)
+        rc, secs = _run(m.argv, dict(os.environ))
+        rows.append((m, rc, secs))
+    print("\n=== make lab-check")
+    for m, rc, secs in rows:
+        said = "met" if rc == 0 else f"MISSED or FAILED (exit {rc})"
+        print(f"  {m.name:<14} {_fmt(secs)}  {said:<28} {m.results}")
+    return next((rc for _, rc, _ in rows if rc != 0), 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in args:
+        k = args.index("--")
+        args, extra = args[:k], args[k + 1:]
+    ap = argparse.ArgumentParser(prog="tests/tiers.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="tier", required=True)
+    t = sub.add_parser("test", help="the mechanisms: what make test and CI run")
+    t.add_argument("--since", type=float, default=None,
+                   help="epoch seconds when make test began (its installs are a phase)")
+    lc = sub.add_parser("lab-check", help="the measurements, each to its results.json")
+    lc.add_argument("--only", default=None, help="comma-separated measurement names")
+    lc.add_argument("--list", action="store_true", help="list the measurements and stop")
+    ns = ap.parse_args(args)
+    if ns.tier == "test":
+        return run_tests(ns.since, extra)
+    if ns.list:
+        for m in measurements():
+            print(f"{m.name:<14} ~{m.minutes:>3} min  {m.results:<42} {m.what}")
+        return 0
+    return run_lab_check(ns.only.split(",") if ns.only else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
