@@ -66,6 +66,10 @@ from elastore.resources import builtin_model
 pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
 LAB_NS = f"elastore-test-op-{os.getpid()}"
 NS, STS, POLICY = "store", "cass", "cass-elastic"
+#: a second policy on the same StatefulSet, in Recommend, with no capacity model: it learns
+#: the store's border online from the same run (the mechanism of issue 18; how close it gets
+#: to a sweep's border is measured by make lab-check's calibration, not here)
+LEARN = "cass-learn"
 RELEASE = "elastore-e2e"
 ROWS, VALUE_BYTES = 2000, 10 * 1024  # the known data set: ~20 MiB, RF 3
 HOUR_S = 20.0  # replay seconds per trace hour
@@ -93,6 +97,7 @@ class Run:
     sa_kubeconfig: Path
     operators: list[OperatorProcess] = field(default_factory=list)
     samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    learn_samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
     ips: dict[str, str] = field(default_factory=dict)
     policy_doc: str = ""  # the ElasticPolicy as applied, and when
@@ -183,10 +188,17 @@ def _wait_for_the_bulk_write_to_leave_the_rate_window(state: lab.LabState) -> No
 
 
 def _sampler(run: Run) -> None:
+    k = 0
     while not run.stop.wait(1.0):
         # the API server busy for a moment: the next sample counts
         with contextlib.suppress(Exception):
             run.samples.append((time.time(), run.status()))
+        k += 1
+        if k % 5 == 0:  # the learning policy: in-process, no kubectl, every 5 s
+            with contextlib.suppress(Exception):
+                doc = run.cp.get_json(
+                    f"/apis/elastore.io/v1alpha1/namespaces/{NS}/elasticpolicies/{LEARN}")
+                run.learn_samples.append((time.time(), dict(doc.get("status") or {})))
 
 
 @pytest.fixture(scope="module")
@@ -258,6 +270,13 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
             metrics={"prometheus": {"url": fwd.url}})
         r.applied_s = time.time()
         cp.kubectl("apply", "-f", "-", stdin=r.policy_doc)
+        # the same store, observed by a policy that learns (the prior: the lab profile x0.5,
+        # the CRD's default); Recommend: it acts on nothing
+        cp.kubectl("apply", "-f", "-", stdin=policy(
+            LEARN, NS, STS, mode="Recommend", controlPeriod="10s",
+            replicas={"min": 3, "max": 4}, slo={"latencyMs": slo},
+            prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
+            planner={"mode": "Window"}, metrics={"prometheus": {"url": fwd.url}}))
         yield r
     finally:
         if r is not None:
@@ -446,3 +465,37 @@ def test_the_backtest_replays_the_run_from_the_labs_prometheus(run: Run) -> None
     assert all(r["load_rps"] > 0 and r["replicas"] >= 3 for r in decided)
     outs = [r["at_s"] for r in decided if r["would_scale"] > 0]
     assert outs and min(outs) <= started + 20, (started, outs)
+
+
+#: how far above its prior the learned border must end. The prior is half the lab profile;
+#: the SLO is set so that the profile's border is 0.84-1.1 x the load each server carries
+#: at the day's peak, so a store as fast as its profile shows the learner loads served
+#: within the SLO at ~1.7-2.2 x the prior. The lab's own border, swept in the calibration
+#: runs, lay at 0.9-1.8 x the profile (docs/operator.md): a learner that moves at all moves
+#: past 1.25 x; one that kept its prior does not.
+LEARNED_OVER_PRIOR = 1.25
+
+
+def test_a_learning_policy_moves_from_its_prior_toward_the_lab_and_holds_scale_in(
+        run: Run) -> None:
+    """Issue 18's mechanism on real Cassandra: a policy with no capacity model learns from
+    the real store's windows (its Prometheus, the operator's default queries), leaves its
+    prior toward what it observed, and allows no scale-in until it is confident."""
+    learned = [(t, s["model"]) for t, s in run.learn_samples
+               if isinstance(s.get("model"), dict) and s["model"].get("source") == "learned"
+               and s["model"].get("capacityRps") is not None]
+    assert learned, f"the learning policy never reported a learned model: " \
+                    f"{run.learn_samples[-1:]}"
+    first, last = learned[0][1], learned[-1][1]
+    prior, got = float(last["priorCapacityRps"]), float(last["capacityRps"])
+    print(f"learning policy: {len(learned)} samples; border {got:.1f} req/s per server against "
+          f"its prior {prior:.1f} ({got / prior:.2f} x) from {last.get('samples')} "
+          f"observations; confidence {first.get('confidence')} -> {last.get('confidence')}, "
+          f"scale-in allowed {first.get('scaleInAllowed')} -> {last.get('scaleInAllowed')}")
+    assert int(last.get("samples") or 0) >= 10, last
+    assert got >= LEARNED_OVER_PRIOR * prior, last
+    # it starts unconfident, and scale-in is allowed only at or above the threshold (0.8)
+    assert first.get("scaleInAllowed") is False, first
+    for _, m in learned:
+        if m.get("scaleInAllowed"):
+            assert float(m["confidence"]) >= 0.8, m
