@@ -1,6 +1,7 @@
 """The CRD the API server enforces and the parser the loop trusts say the same thing: every
 enum value parses and nothing else does, every default is the parser's default, the method
-enum is the predictor registry, and the chart ships the package's file."""
+enum is the predictor registry, the schema is generated from the declarations
+(:mod:`elastore.operator.specfields`), and the chart ships the package's file."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from elastore.operator.spec import (
     parse,
     parse_duration,
 )
+from elastore.operator.specfields import BY_PATH, FIELDS, spec_schema
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
 from elastore.resources import crd_path
 
@@ -183,10 +185,49 @@ def test_the_chart_ships_the_packages_crd() -> None:
         "run: python -m elastore.operator.crd"
 
 
-def test_a_stale_crd_is_reported(tmp_path: Path) -> None:
-    stale = crd_path().read_text().replace(f"enum: [{', '.join(METHODS)}]",
-                                           "enum: [prorenata, naive]")
-    assert stale != crd_path().read_text()
-    assert f"enum: [{', '.join(METHODS)}]" in crd.render(stale)
+def test_the_spec_schema_is_generated_from_the_declarations() -> None:
+    """The committed CRD says what the declarations say, and writing it changes nothing."""
+    assert schema() == spec_schema()
+    assert crd.render(crd_path().read_text()) == crd_path().read_text()
+
+
+def test_every_declared_field_is_in_the_schema_and_no_other() -> None:
+    def paths(node: dict[str, Any], path: str = "spec") -> Iterator[str]:
+        yield path
+        if "items" in node:
+            yield from paths(node["items"], path + "[]")
+        for name, child in (node.get("properties") or {}).items():
+            yield from paths(child, f"{path}.{name}")
+
+    declared = [f.path for f in FIELDS]
+    assert len(declared) == len(set(declared)), "a field declared twice"
+    assert set(paths(schema())) == set(declared)
+    for f in FIELDS:
+        if f.path != "spec":
+            assert f.parent in BY_PATH, f"{f.path}: its parent is not declared"
+
+
+def test_a_drifted_crd_fails_the_check(tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    good = crd_path().read_text()
+    src = tmp_path / "crd.yaml"
+    monkeypatch.setattr(crd, "crd_path", lambda: src)
+    chart = crd.chart_copy(tmp_path)
+    chart.parent.mkdir(parents=True)
+    chart.write_text(good)
+    # a hand edit of the generated block, and a method the registry does not have
+    drift = {"min: {type: integer, minimum: 1, maximum: 1000}":
+             "min: {type: integer, minimum: 1, maximum: 999}",
+             f"enum: [{', '.join(METHODS)}]": "enum: [prorenata, naive]"}
+    for was, now in drift.items():
+        assert was in good
+        src.write_text(good.replace(was, now))
+        assert crd.main(["--check", "--repo", str(tmp_path)]) == 1
+        assert crd.render(src.read_text()) == good
+        assert crd.main(["--repo", str(tmp_path)]) == 0
+        assert src.read_text() == good
+        assert crd.main(["--check", "--repo", str(tmp_path)]) == 0
+    chart.write_text(good.replace("maximum: 1000}", "maximum: 999}"))
+    assert crd.main(["--check", "--repo", str(tmp_path)]) == 1
     with pytest.raises(Exception, match="exactly one line"):
-        crd.render(stale.replace(crd.MARK, ""))
+        crd.render(good.replace(crd.MARK, ""))
