@@ -1,9 +1,11 @@
 """The ``ElasticPolicy`` spec as typed, unit-explicit settings. Pure.
 
 The API server enforces the CRD's schema, defaults and CEL rules
-(``charts/elastore/crds/elasticpolicies.elastore.io.yaml``); :func:`parse` applies the same
-defaults and checks again, so that the control loop never runs on a spec it misreads (an
-object written before a CRD upgrade, or a spec handed to it by a test or the CLI).
+(``charts/elastore/crds/elasticpolicies.elastore.io.yaml``, generated from the declarations
+in :mod:`elastore.operator.specfields`); :func:`parse` applies the same defaults and checks
+again, read from the same declarations, so that the control loop never runs on a spec it
+misreads (an object written before a CRD upgrade, or a spec handed to it by a test or the
+CLI).
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ from typing import Any
 
 from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, SWIFT_PRESET
-from elastore.planner.behavior import MAX_PERIOD_S, Behavior, ScalingPolicy, ScalingRules
-from elastore.planner.bwman import BwManConfig
-from elastore.predictor.registry import DEFAULT_METHOD, METHODS
+from elastore.operator.specfields import declared, default
+from elastore.planner.behavior import Behavior, ScalingPolicy, ScalingRules
+from elastore.predictor.registry import DEFAULT_METHOD
 
 GROUP = "elastore.io"
 VERSION = "v1alpha1"
@@ -51,9 +53,9 @@ DEFAULT_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
 }
 #: ``spec.bandwidth.nodeMbit`` must exceed this: BwMan keeps a gossip margin for the storage
 #: class and a floor for the clients (:class:`~elastore.planner.bwman.BwManConfig`)
-MIN_NODE_MBIT = BwManConfig.gossip_margin_mbit + BwManConfig.min_client_mbit
-MAX_NODE_MBIT = 1e6  # 1 Tbit/s
-MAX_PORTS = 16
+MIN_NODE_MBIT = float(declared("spec.bandwidth.nodeMbit").minimum or 0)
+MAX_NODE_MBIT = float(declared("spec.bandwidth.nodeMbit").maximum or 0)  # 1 Tbit/s
+MAX_PORTS = int(declared("spec.bandwidth.clientPorts").max_items or 0)
 
 
 class SpecError(ElastoreError):
@@ -75,7 +77,7 @@ def parse_duration(text: str, where: str) -> float:
 
 #: ``spec.target.kind``: a bare StatefulSet, or a cass-operator datacenter
 DATACENTER = "CassandraDatacenter"
-TARGET_KINDS = ("StatefulSet", DATACENTER)
+TARGET_KINDS: tuple[str, ...] = declared("spec.target.kind").enum or ()
 #: the exporter a cass-operator datacenter runs: the Management API's /metrics, which
 #: cass-operator's pods serve (k8ssandra/management-api-for-apache-cassandra)
 DATACENTER_PRESET = "management-api"
@@ -326,6 +328,18 @@ def _enum(v: Any, allowed: tuple[str, ...], where: str) -> str:
     return str(v)
 
 
+def _number(v: Any, where: str, decl: str | None = None) -> float:
+    """:func:`_num` with the bounds the field's declaration (``decl``, default ``where``)
+    gives it: its minimum (open or closed), maximum, and whether it is an integer."""
+    f = declared(decl or where)
+    return _num(v, where, f.minimum, f.maximum, lo_open=f.open_min, integer=f.type == "integer")
+
+
+def _choice(v: Any, where: str, decl: str | None = None) -> str:
+    """:func:`_enum` with the values the field's declaration allows."""
+    return _enum(v, declared(decl or where).enum or (), where)
+
+
 def _ports(v: Any, where: str) -> tuple[int, ...]:
     if not isinstance(v, list) or not 1 <= len(v) <= MAX_PORTS:
         raise SpecError(f"must be a list of 1 to {MAX_PORTS} port numbers, got {v!r}", where)
@@ -356,15 +370,16 @@ def _swift(w: Any, store: str) -> SwiftTarget:
         raise SpecError(f"not a ConfigMap name: {cm!r}", "spec.target.swift.ringConfigMap")
     out: dict[str, Any] = {}
     for key, attr in (("ringDir", "ring_dir"), ("devicesDir", "devices_dir")):
-        v = w.get(key, getattr(SwiftTarget, attr))
+        v = w.get(key, default(f"spec.target.swift.{key}"))
         if not isinstance(v, str) or not _PATH.match(v) or ".." in v.split("/"):
             raise SpecError(f"must be an absolute path of letters, digits and _ . / - "
                             f"(no ..), got {v!r}", f"spec.target.swift.{key}")
         out[attr] = v.rstrip("/") or "/"
-    device = w.get("device", "d1")
+    device = w.get("device", default("spec.target.swift.device"))
     if not isinstance(device, str) or not _DEVICE.match(device) or device in (".", ".."):
         raise SpecError(f"not a device name: {device!r}", "spec.target.swift.device")
-    weight = _num(w.get("weight", 100), "spec.target.swift.weight", 0, 1e6, lo_open=True)
+    weight = _num(w.get("weight", default("spec.target.swift.weight")),
+                  "spec.target.swift.weight", 0, 1e6, lo_open=True)
     prefix = w.get("execPrefix", [])
     if not isinstance(prefix, list) or len(prefix) > 4 or not all(
             isinstance(x, str) and _ARG.match(x) for x in prefix):
@@ -382,8 +397,7 @@ def _bandwidth(b: Any, store: str) -> tuple[float | None, tuple[int, ...], tuple
     if not isinstance(b, dict):
         raise SpecError("must be an object", "spec.bandwidth")
     node = b.get("nodeMbit")
-    mbit = None if node is None else _num(
-        node, "spec.bandwidth.nodeMbit", MIN_NODE_MBIT, MAX_NODE_MBIT, lo_open=True)
+    mbit = None if node is None else _number(node, "spec.bandwidth.nodeMbit")
     default = DEFAULT_PORTS.get(store)
     ports: list[tuple[int, ...]] = []
     for k, key in enumerate(("clientPorts", "storagePorts")):
@@ -440,7 +454,8 @@ def _auth(p: dict[str, Any], url: str) -> PrometheusAuth:
             raise SpecError("must be an object", f"{where}.tlsConfig")
         if not url.startswith("https://"):
             raise SpecError("tlsConfig needs an https:// URL", f"{where}.tlsConfig")
-        skip = tls.get("insecureSkipVerify", False)
+        skip = tls.get("insecureSkipVerify",
+                       default("spec.metrics.prometheus.tlsConfig.insecureSkipVerify"))
         if not isinstance(skip, bool):
             raise SpecError(f"must be true or false, got {skip!r}",
                             f"{where}.tlsConfig.insecureSkipVerify")
@@ -465,8 +480,8 @@ def _auth(p: dict[str, Any], url: str) -> PrometheusAuth:
     return PrometheusAuth(**out)
 
 
-FALLBACK_BEHAVIORS = ("freeze", "currentReplicasIfHigher")
-MAX_POLICIES = 10
+FALLBACK_BEHAVIORS: tuple[str, ...] = declared("spec.fallback.behavior").enum or ()
+MAX_POLICIES = int(declared("spec.behavior.scaleUp.policies").max_items or 0)
 
 
 def _rules(r: Any, where: str) -> tuple[ScalingRules, float | None]:
@@ -479,8 +494,8 @@ def _rules(r: Any, where: str) -> tuple[ScalingRules, float | None]:
     if unknown:
         raise SpecError(f"unknown field(s) {', '.join(unknown)} (known: policies, "
                         "selectPolicy, stabilizationWindowSeconds)", where)
-    select = _enum(r.get("selectPolicy", "Max"), ("Max", "Min", "Disabled"),
-                   f"{where}.selectPolicy")
+    select = _choice(r.get("selectPolicy", default(f"{where}.selectPolicy")),
+                     f"{where}.selectPolicy")
     raw = r.get("policies", [])
     if not isinstance(raw, list) or len(raw) > MAX_POLICIES:
         raise SpecError(f"must be a list of at most {MAX_POLICIES} policies", f"{where}.policies")
@@ -489,11 +504,11 @@ def _rules(r: Any, where: str) -> tuple[ScalingRules, float | None]:
         at = f"{where}.policies[{k}]"
         if not isinstance(p, dict):
             raise SpecError("must be an object with type, value and periodSeconds", at)
-        kind = _enum(p.get("type"), ("Pods", "Percent"), f"{at}.type")
+        kind = _choice(p.get("type"), f"{at}.type", f"{where}.policies[].type")
         value = int(_num(p.get("value"), f"{at}.value", 1, 1000 if kind == "Pods" else 10000,
                          integer=True))
-        period = _num(p.get("periodSeconds"), f"{at}.periodSeconds", 1, MAX_PERIOD_S,
-                      integer=True)
+        period = _number(p.get("periodSeconds"), f"{at}.periodSeconds",
+                         f"{where}.policies[].periodSeconds")
         policies.append(ScalingPolicy(kind, value, period))  # type: ignore[arg-type]
     window = r.get("stabilizationWindowSeconds")
     stab = None if window is None else _num(window, f"{where}.stabilizationWindowSeconds", 0,
@@ -520,8 +535,7 @@ def _behavior(b: Any, down: dict[str, Any]) -> tuple[Behavior, float]:
                         "times it (set the headroom or the planner instead)",
                         "spec.behavior.scaleUp.stabilizationWindowSeconds")
     old = down.get("stabilizationSeconds")
-    old_s = None if old is None else _num(old, "spec.scaleDown.stabilizationSeconds", 0, 86400,
-                                          integer=True)
+    old_s = None if old is None else _number(old, "spec.scaleDown.stabilizationSeconds")
     if old_s is not None and dn_stab is not None and old_s != dn_stab:
         raise SpecError(f"spec.scaleDown.stabilizationSeconds ({old_s:g}) and spec.behavior."
                         f"scaleDown.stabilizationWindowSeconds ({dn_stab:g}) disagree: set one",
@@ -532,7 +546,7 @@ def _behavior(b: Any, down: dict[str, Any]) -> tuple[Behavior, float]:
 
 def _fallback(f: Any) -> tuple[int, str]:
     if f is None:
-        return 3, "freeze"
+        return default("spec.fallback.failureThreshold"), default("spec.fallback.behavior")
     if not isinstance(f, dict):
         raise SpecError("must be an object", "spec.fallback")
     unknown = sorted(set(f) - {"failureThreshold", "behavior"})
@@ -541,9 +555,10 @@ def _fallback(f: Any) -> tuple[int, str]:
             if "replicas" in unknown else ""
         raise SpecError(f"unknown field(s) {', '.join(unknown)}{hint} (known: "
                         "failureThreshold, behavior)", "spec.fallback")
-    n = int(_num(f.get("failureThreshold", 3), "spec.fallback.failureThreshold", 1, 1000,
-                 integer=True))
-    return n, _enum(f.get("behavior", "freeze"), FALLBACK_BEHAVIORS, "spec.fallback.behavior")
+    n = int(_number(f.get("failureThreshold", default("spec.fallback.failureThreshold")),
+                    "spec.fallback.failureThreshold"))
+    return n, _choice(f.get("behavior", default("spec.fallback.behavior")),
+                      "spec.fallback.behavior")
 
 
 def parse(spec: Any) -> PolicySpec:
@@ -557,14 +572,13 @@ def parse(spec: Any) -> PolicySpec:
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise SpecError("is required", "spec.target.name")
-    rf = int(_num(t.get("replicationFactor"), "spec.target.replicationFactor", 1, 7,
-                  integer=True))
-    nodetool = t.get("nodetool", ["nodetool"])
+    rf = int(_number(t.get("replicationFactor"), "spec.target.replicationFactor"))
+    nodetool = t.get("nodetool", default("spec.target.nodetool"))
     if not isinstance(nodetool, list) or not 1 <= len(nodetool) <= 4 or not all(
             isinstance(x, str) and _ARG.match(x) for x in nodetool):
         raise SpecError("must be 1 to 4 words of letters, digits and _ . / + - (a command, "
                         "not a shell line)", "spec.target.nodetool")
-    store = _enum(t.get("store", "cassandra"), ("cassandra", "swift"), "spec.target.store")
+    store = _choice(t.get("store", default("spec.target.store")), "spec.target.store")
     container = t.get("container", store)
     if not isinstance(container, str) or not _CONTAINER.match(container):
         raise SpecError(f"not a container name: {container!r}", "spec.target.container")
@@ -572,7 +586,7 @@ def parse(spec: Any) -> PolicySpec:
         raise SpecError(f"not a Kubernetes object name: {name!r}", "spec.target.name")
     target = Target(
         name=name, replication_factor=rf,
-        kind=_enum(t.get("kind", "StatefulSet"), TARGET_KINDS, "spec.target.kind"),
+        kind=_choice(t.get("kind", default("spec.target.kind")), "spec.target.kind"),
         store=store, container=container, nodetool=tuple(nodetool),
         swift=_swift(t.get("swift"), store))
     if target.kind == DATACENTER and target.store != "cassandra":
@@ -580,8 +594,8 @@ def parse(spec: Any) -> PolicySpec:
     r = spec.get("replicas")
     if not isinstance(r, dict):
         raise SpecError("is required", "spec.replicas")
-    lo = int(_num(r.get("min"), "spec.replicas.min", 1, 1000, integer=True))
-    hi = int(_num(r.get("max"), "spec.replicas.max", 1, 1000, integer=True))
+    lo = int(_number(r.get("min"), "spec.replicas.min"))
+    hi = int(_number(r.get("max"), "spec.replicas.max"))
     if lo > hi:
         raise SpecError(f"min ({lo}) must be <= max ({hi})", "spec.replicas")
     if lo < rf:
@@ -590,53 +604,59 @@ def parse(spec: Any) -> PolicySpec:
     slo = spec.get("slo")
     if not isinstance(slo, dict):
         raise SpecError("is required", "spec.slo")
-    latency = _num(slo.get("latencyMs"), "spec.slo.latencyMs", 0, 600000, lo_open=True)
-    pct = int(_num(slo.get("percentile", 95), "spec.slo.percentile", integer=True))
+    latency = _number(slo.get("latencyMs"), "spec.slo.latencyMs")
+    pct = int(_num(slo.get("percentile", default("spec.slo.percentile")), "spec.slo.percentile",
+                   integer=True))
     if pct not in (95, 99):
         raise SpecError(f"must be 95 or 99, got {pct}", "spec.slo.percentile")
-    period = parse_duration(spec.get("controlPeriod", "10m"), "spec.controlPeriod")
+    period = parse_duration(spec.get("controlPeriod", default("spec.controlPeriod")),
+                            "spec.controlPeriod")
     if not 10 <= period <= 86400:
         raise SpecError("must be between 10s and 24h", "spec.controlPeriod")
-    mode = _enum(spec.get("mode", "Recommend"), ("Recommend", "Enforce"), "spec.mode")
+    mode = _choice(spec.get("mode", default("spec.mode")), "spec.mode")
     pred = spec.get("prediction") or {}
-    method = _enum(_get(pred, "method", DEFAULT_METHOD, "spec.prediction"), tuple(METHODS),
-                   "spec.prediction.method")
-    horizon = parse_duration(_get(pred, "horizon", "10m", "spec.prediction"),
-                             "spec.prediction.horizon")
-    step = parse_duration(_get(pred, "step", "1h", "spec.prediction"), "spec.prediction.step")
+    method = _choice(_get(pred, "method", default("spec.prediction.method"), "spec.prediction"),
+                     "spec.prediction.method")
+    horizon = parse_duration(_get(pred, "horizon", default("spec.prediction.horizon"),
+                                  "spec.prediction"), "spec.prediction.horizon")
+    step = parse_duration(_get(pred, "step", default("spec.prediction.step"), "spec.prediction"),
+                          "spec.prediction.step")
     if not horizon > 0 or not step >= 1:
         raise SpecError("horizon must be positive and step at least 1s",
                         "spec.prediction.horizon/step")
     if horizon < period:
         raise SpecError("prediction.horizon must be >= controlPeriod: each period plans at "
                         "least until the next", "spec.prediction.horizon")
-    headroom = _num(_get(pred, "headroom", 0.1, "spec.prediction"), "spec.prediction.headroom",
-                    0, 0.9)
-    calibration = int(_num(_get(pred, "calibrationSteps", 336, "spec.prediction"),
-                           "spec.prediction.calibrationSteps", 48, 1008, integer=True))
+    headroom = _number(_get(pred, "headroom", default("spec.prediction.headroom"),
+                            "spec.prediction"), "spec.prediction.headroom")
+    calibration = int(_number(_get(pred, "calibrationSteps",
+                                   default("spec.prediction.calibrationSteps"),
+                                   "spec.prediction"), "spec.prediction.calibrationSteps"))
     plan_ = spec.get("planner") or {}
-    planner_mode = _enum(_get(plan_, "mode", "Horizon", "spec.planner"), ("Horizon", "Window"),
-                         "spec.planner.mode")
-    lookahead = parse_duration(_get(plan_, "lookahead", "24h", "spec.planner"),
-                               "spec.planner.lookahead")
+    planner_mode = _choice(_get(plan_, "mode", default("spec.planner.mode"), "spec.planner"),
+                           "spec.planner.mode")
+    lookahead = parse_duration(_get(plan_, "lookahead", default("spec.planner.lookahead"),
+                                    "spec.planner"), "spec.planner.lookahead")
     if lookahead > 168 * 3600:
         raise SpecError("must be at most 168h", "spec.planner.lookahead")
     if lookahead < horizon:
         raise SpecError("planner.lookahead must be >= prediction.horizon",
                         "spec.planner.lookahead")
-    penalty = _num(_get(spec.get("cost"), "violationPenalty", 100, "spec.cost"),
-                   "spec.cost.violationPenalty", 0, 1e6)
+    penalty = _number(_get(spec.get("cost"), "violationPenalty",
+                           default("spec.cost.violationPenalty"), "spec.cost"),
+                      "spec.cost.violationPenalty")
     mig = spec.get("migration") or {}
-    policy = _enum(_get(mig, "policy", "PreferClients", "spec.migration"),
-                   ("PreferClients", "PreferMigration"), "spec.migration.policy")
-    mn = _num(_get(mig, "minMiBps", 1.0, "spec.migration"), "spec.migration.minMiBps", 0,
-              lo_open=True)
-    mx = _num(_get(mig, "maxMiBps", 24.0, "spec.migration"), "spec.migration.maxMiBps", 0,
-              lo_open=True)
+    policy = _choice(_get(mig, "policy", default("spec.migration.policy"), "spec.migration"),
+                     "spec.migration.policy")
+    mn = _number(_get(mig, "minMiBps", default("spec.migration.minMiBps"), "spec.migration"),
+                 "spec.migration.minMiBps")
+    mx = _number(_get(mig, "maxMiBps", default("spec.migration.maxMiBps"), "spec.migration"),
+                 "spec.migration.maxMiBps")
     if mn > mx:
         raise SpecError(f"minMiBps ({mn:g}) must be <= maxMiBps ({mx:g})", "spec.migration")
-    overhead = _num(_get(mig, "nodeOverheadSeconds", 120, "spec.migration"),
-                    "spec.migration.nodeOverheadSeconds", 0, 86400, integer=True)
+    overhead = _number(_get(mig, "nodeOverheadSeconds",
+                            default("spec.migration.nodeOverheadSeconds"), "spec.migration"),
+                       "spec.migration.nodeOverheadSeconds")
     cmodel = spec.get("capacityModel") or {}
     cm = _get(cmodel, "configMapRef", None, "spec.capacityModel")
     learn = cmodel.get("learn", cm is None)
@@ -644,12 +664,14 @@ def parse(spec: Any) -> PolicySpec:
         raise SpecError(f"must be true or false, got {learn!r}", "spec.capacityModel.learn")
     # the built-in lab profile is scaled down for unknown hardware; a model of the user's
     # own (configMapRef) is taken as it is unless they say otherwise
-    prior_scale = _num(cmodel.get("priorScale", 0.5 if cm is None else 1.0),
-                       "spec.capacityModel.priorScale", 0.05, 20)
-    confidence = _num(cmodel.get("confidenceThreshold", 0.8),
-                      "spec.capacityModel.confidenceThreshold", 0, 1, lo_open=True)
-    exploration = _num(cmodel.get("explorationStep", 0.15), "spec.capacityModel.explorationStep",
-                       0, 2, lo_open=True)
+    prior_scale = _number(cmodel.get("priorScale", 0.5 if cm is None else 1.0),
+                          "spec.capacityModel.priorScale")
+    confidence = _number(cmodel.get("confidenceThreshold",
+                                    default("spec.capacityModel.confidenceThreshold")),
+                         "spec.capacityModel.confidenceThreshold")
+    exploration = _number(cmodel.get("explorationStep",
+                                     default("spec.capacityModel.explorationStep")),
+                          "spec.capacityModel.explorationStep")
     prom = None
     metrics = spec.get("metrics")
     p = _get(metrics, "prometheus", None, "spec.metrics")
@@ -663,26 +685,30 @@ def parse(spec: Any) -> PolicySpec:
         if unknown:
             raise SpecError(f"unknown quer(ies) {', '.join(unknown)} (known: "
                             f"{', '.join(known)})", "spec.metrics.prometheus.queries")
-        rate_window = p.get("rateWindow", "1m")
+        rate_window = p.get("rateWindow", default("spec.metrics.prometheus.rateWindow"))
         window_s = parse_duration(rate_window, "spec.metrics.prometheus.rateWindow")
         if not 2 <= window_s <= 3600 or window_s != int(window_s):
             raise SpecError(f"must be whole seconds between 2s and 1h, got {rate_window!r}",
                             "spec.metrics.prometheus.rateWindow")
         prom = Prometheus(url=url.rstrip("/"),
-                          stale_after_s=parse_duration(p.get("staleAfter", "2m"),
-                                                       "spec.metrics.prometheus.staleAfter"),
+                          stale_after_s=parse_duration(
+                              p.get("staleAfter", default("spec.metrics.prometheus.staleAfter")),
+                              "spec.metrics.prometheus.staleAfter"),
                           warmup_s=parse_duration(p.get("warmup", rate_window),
                                                   "spec.metrics.prometheus.warmup"),
                           rate_window_s=window_s,
                           selector=str(p.get("selector", "")),
                           queries={str(k): str(v) for k, v in queries.items()},
-                          namespace_label=_label(p, "namespaceLabel", "namespace"),
-                          pod_label=_label(p, "podLabel", "pod"), percentile=pct,
+                          namespace_label=_label(p, "namespaceLabel", default(
+                              "spec.metrics.prometheus.namespaceLabel")),
+                          pod_label=_label(p, "podLabel",
+                                           default("spec.metrics.prometheus.podLabel")),
+                          percentile=pct,
                           replication_factor=rf,
-                          preset=_enum(p.get("preset", DATACENTER_PRESET
-                                             if target.kind == DATACENTER else SWIFT_PRESET
-                                             if target.store == "swift" else DEFAULT_PRESET),
-                                       tuple(PRESETS), "spec.metrics.prometheus.preset"),
+                          preset=_choice(p.get("preset", DATACENTER_PRESET
+                                               if target.kind == DATACENTER else SWIFT_PRESET
+                                               if target.store == "swift" else DEFAULT_PRESET),
+                                         "spec.metrics.prometheus.preset"),
                           target_kind=target.kind,
                           auth=_auth(p, url))
     if mode == "Enforce" and target.store == "swift" and not target.swift.ring_configmap:
@@ -708,8 +734,8 @@ def parse(spec: Any) -> PolicySpec:
     repairs = {} if spec.get("repairs") is None else spec["repairs"]
     if not isinstance(repairs, dict):
         raise SpecError("must be an object", "spec.repairs")
-    cleanup = _get(up, "cleanup", True, "spec.scaleUp")
-    hold = _get(repairs, "hold", True, "spec.repairs")
+    cleanup = _get(up, "cleanup", default("spec.scaleUp.cleanup"), "spec.scaleUp")
+    hold = _get(repairs, "hold", default("spec.repairs.hold"), "spec.repairs")
     for v, where in ((cleanup, "spec.scaleUp.cleanup"), (hold, "spec.repairs.hold")):
         if not isinstance(v, bool):
             raise SpecError(f"must be true or false, got {v!r}", where)
@@ -725,19 +751,22 @@ def parse(spec: Any) -> PolicySpec:
         migration_policy=policy, min_migration_mibps=mn, max_migration_mibps=mx,
         node_overhead_s=overhead,
         model_configmap=str(cm["name"]) if isinstance(cm, dict) and cm.get("name") else None,
-        model_key=str(cm.get("key", "model.json")) if isinstance(cm, dict) else "model.json",
+        model_key=str(cm.get("key", default("spec.capacityModel.configMapRef.key")))
+        if isinstance(cm, dict) else default("spec.capacityModel.configMapRef.key"),
         learn=learn, prior_scale=prior_scale, confidence_threshold=confidence,
         exploration_step=exploration,
         prometheus=prom,
         interference=interference,
         stabilization_s=stabilization,
-        pvc_policy=_enum(_get(down, "pvcPolicy", "Retain", "spec.scaleDown"),
-                         ("Retain", "Delete"), "spec.scaleDown.pvcPolicy"),
+        pvc_policy=_choice(_get(down, "pvcPolicy", default("spec.scaleDown.pvcPolicy"),
+                                "spec.scaleDown"), "spec.scaleDown.pvcPolicy"),
         cleanup=cleanup and target.store == "cassandra", hold_for_repairs=hold,
-        min_free_fraction=_num(_get(down, "minFreeFraction", 0.2, "spec.scaleDown"),
-                               "spec.scaleDown.minFreeFraction", 0, 0.9),
-        compaction_margin=_num(_get(down, "compactionMargin", 0.5, "spec.scaleDown"),
-                               "spec.scaleDown.compactionMargin", 0, 2),
+        min_free_fraction=_number(_get(down, "minFreeFraction",
+                                       default("spec.scaleDown.minFreeFraction"),
+                                       "spec.scaleDown"), "spec.scaleDown.minFreeFraction"),
+        compaction_margin=_number(_get(down, "compactionMargin",
+                                       default("spec.scaleDown.compactionMargin"),
+                                       "spec.scaleDown"), "spec.scaleDown.compactionMargin"),
         node_mbit=node_mbit, client_ports=client_ports, storage_ports=storage_ports,
         behavior=behavior, fallback_threshold=fallback_threshold,
         fallback_behavior=fallback_behavior,
