@@ -17,7 +17,7 @@ from typing import Any
 
 from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, SWIFT_PRESET
-from elastore.operator.specfields import declared, default
+from elastore.operator.specfields import ABSENT, declared, default
 from elastore.planner.behavior import Behavior, ScalingPolicy, ScalingRules
 from elastore.predictor.registry import DEFAULT_METHOD
 
@@ -340,6 +340,19 @@ def _choice(v: Any, where: str, decl: str | None = None) -> str:
     return _enum(v, declared(decl or where).enum or (), where)
 
 
+def _read(obj: Any, path: str) -> Any:
+    """The field ``path`` of ``obj`` (the object at ``path``'s parent; None: absent), else its
+    declared default; a number checked against its declared bounds, a string against its
+    declared enum, anything else as it is."""
+    f = declared(path)
+    v = _get(obj, f.name, None if f.default is ABSENT else default(path), f.parent)
+    if f.type in ("number", "integer"):
+        return _number(v, path)
+    if f.enum is not None:
+        return _choice(v, path)
+    return v
+
+
 def _ports(v: Any, where: str) -> tuple[int, ...]:
     if not isinstance(v, list) or not 1 <= len(v) <= MAX_PORTS:
         raise SpecError(f"must be a list of 1 to {MAX_PORTS} port numbers, got {v!r}", where)
@@ -370,12 +383,12 @@ def _swift(w: Any, store: str) -> SwiftTarget:
         raise SpecError(f"not a ConfigMap name: {cm!r}", "spec.target.swift.ringConfigMap")
     out: dict[str, Any] = {}
     for key, attr in (("ringDir", "ring_dir"), ("devicesDir", "devices_dir")):
-        v = w.get(key, default(f"spec.target.swift.{key}"))
+        v = _read(w, f"spec.target.swift.{key}")
         if not isinstance(v, str) or not _PATH.match(v) or ".." in v.split("/"):
             raise SpecError(f"must be an absolute path of letters, digits and _ . / - "
                             f"(no ..), got {v!r}", f"spec.target.swift.{key}")
         out[attr] = v.rstrip("/") or "/"
-    device = w.get("device", default("spec.target.swift.device"))
+    device = _read(w, "spec.target.swift.device")
     if not isinstance(device, str) or not _DEVICE.match(device) or device in (".", ".."):
         raise SpecError(f"not a device name: {device!r}", "spec.target.swift.device")
     weight = _num(w.get("weight", default("spec.target.swift.weight")),
@@ -454,8 +467,7 @@ def _auth(p: dict[str, Any], url: str) -> PrometheusAuth:
             raise SpecError("must be an object", f"{where}.tlsConfig")
         if not url.startswith("https://"):
             raise SpecError("tlsConfig needs an https:// URL", f"{where}.tlsConfig")
-        skip = tls.get("insecureSkipVerify",
-                       default("spec.metrics.prometheus.tlsConfig.insecureSkipVerify"))
+        skip = _read(tls, "spec.metrics.prometheus.tlsConfig.insecureSkipVerify")
         if not isinstance(skip, bool):
             raise SpecError(f"must be true or false, got {skip!r}",
                             f"{where}.tlsConfig.insecureSkipVerify")
@@ -494,8 +506,7 @@ def _rules(r: Any, where: str) -> tuple[ScalingRules, float | None]:
     if unknown:
         raise SpecError(f"unknown field(s) {', '.join(unknown)} (known: policies, "
                         "selectPolicy, stabilizationWindowSeconds)", where)
-    select = _choice(r.get("selectPolicy", default(f"{where}.selectPolicy")),
-                     f"{where}.selectPolicy")
+    select = _read(r, f"{where}.selectPolicy")
     raw = r.get("policies", [])
     if not isinstance(raw, list) or len(raw) > MAX_POLICIES:
         raise SpecError(f"must be a list of at most {MAX_POLICIES} policies", f"{where}.policies")
@@ -513,7 +524,7 @@ def _rules(r: Any, where: str) -> tuple[ScalingRules, float | None]:
     window = r.get("stabilizationWindowSeconds")
     stab = None if window is None else _num(window, f"{where}.stabilizationWindowSeconds", 0,
                                             86400, integer=True)
-    return ScalingRules(tuple(policies), select), stab  # type: ignore[arg-type]
+    return ScalingRules(tuple(policies), select), stab
 
 
 def _behavior(b: Any, down: dict[str, Any]) -> tuple[Behavior, float]:
@@ -555,10 +566,8 @@ def _fallback(f: Any) -> tuple[int, str]:
             if "replicas" in unknown else ""
         raise SpecError(f"unknown field(s) {', '.join(unknown)}{hint} (known: "
                         "failureThreshold, behavior)", "spec.fallback")
-    n = int(_number(f.get("failureThreshold", default("spec.fallback.failureThreshold")),
-                    "spec.fallback.failureThreshold"))
-    return n, _choice(f.get("behavior", default("spec.fallback.behavior")),
-                      "spec.fallback.behavior")
+    n = int(_read(f, "spec.fallback.failureThreshold"))
+    return n, _read(f, "spec.fallback.behavior")
 
 
 def parse(spec: Any) -> PolicySpec:
@@ -572,13 +581,13 @@ def parse(spec: Any) -> PolicySpec:
     name = t.get("name")
     if not isinstance(name, str) or not name:
         raise SpecError("is required", "spec.target.name")
-    rf = int(_number(t.get("replicationFactor"), "spec.target.replicationFactor"))
-    nodetool = t.get("nodetool", default("spec.target.nodetool"))
+    rf = int(_read(t, "spec.target.replicationFactor"))
+    nodetool = _read(t, "spec.target.nodetool")
     if not isinstance(nodetool, list) or not 1 <= len(nodetool) <= 4 or not all(
             isinstance(x, str) and _ARG.match(x) for x in nodetool):
         raise SpecError("must be 1 to 4 words of letters, digits and _ . / + - (a command, "
                         "not a shell line)", "spec.target.nodetool")
-    store = _choice(t.get("store", default("spec.target.store")), "spec.target.store")
+    store = _read(t, "spec.target.store")
     container = t.get("container", store)
     if not isinstance(container, str) or not _CONTAINER.match(container):
         raise SpecError(f"not a container name: {container!r}", "spec.target.container")
@@ -586,7 +595,7 @@ def parse(spec: Any) -> PolicySpec:
         raise SpecError(f"not a Kubernetes object name: {name!r}", "spec.target.name")
     target = Target(
         name=name, replication_factor=rf,
-        kind=_choice(t.get("kind", default("spec.target.kind")), "spec.target.kind"),
+        kind=_read(t, "spec.target.kind"),
         store=store, container=container, nodetool=tuple(nodetool),
         swift=_swift(t.get("swift"), store))
     if target.kind == DATACENTER and target.store != "cassandra":
@@ -594,8 +603,8 @@ def parse(spec: Any) -> PolicySpec:
     r = spec.get("replicas")
     if not isinstance(r, dict):
         raise SpecError("is required", "spec.replicas")
-    lo = int(_number(r.get("min"), "spec.replicas.min"))
-    hi = int(_number(r.get("max"), "spec.replicas.max"))
+    lo = int(_read(r, "spec.replicas.min"))
+    hi = int(_read(r, "spec.replicas.max"))
     if lo > hi:
         raise SpecError(f"min ({lo}) must be <= max ({hi})", "spec.replicas")
     if lo < rf:
@@ -604,59 +613,43 @@ def parse(spec: Any) -> PolicySpec:
     slo = spec.get("slo")
     if not isinstance(slo, dict):
         raise SpecError("is required", "spec.slo")
-    latency = _number(slo.get("latencyMs"), "spec.slo.latencyMs")
+    latency = _read(slo, "spec.slo.latencyMs")
     pct = int(_num(slo.get("percentile", default("spec.slo.percentile")), "spec.slo.percentile",
                    integer=True))
     if pct not in (95, 99):
         raise SpecError(f"must be 95 or 99, got {pct}", "spec.slo.percentile")
-    period = parse_duration(spec.get("controlPeriod", default("spec.controlPeriod")),
-                            "spec.controlPeriod")
+    period = parse_duration(_read(spec, "spec.controlPeriod"), "spec.controlPeriod")
     if not 10 <= period <= 86400:
         raise SpecError("must be between 10s and 24h", "spec.controlPeriod")
-    mode = _choice(spec.get("mode", default("spec.mode")), "spec.mode")
+    mode = _read(spec, "spec.mode")
     pred = spec.get("prediction") or {}
-    method = _choice(_get(pred, "method", default("spec.prediction.method"), "spec.prediction"),
-                     "spec.prediction.method")
-    horizon = parse_duration(_get(pred, "horizon", default("spec.prediction.horizon"),
-                                  "spec.prediction"), "spec.prediction.horizon")
-    step = parse_duration(_get(pred, "step", default("spec.prediction.step"), "spec.prediction"),
-                          "spec.prediction.step")
+    method = _read(pred, "spec.prediction.method")
+    horizon = parse_duration(_read(pred, "spec.prediction.horizon"), "spec.prediction.horizon")
+    step = parse_duration(_read(pred, "spec.prediction.step"), "spec.prediction.step")
     if not horizon > 0 or not step >= 1:
         raise SpecError("horizon must be positive and step at least 1s",
                         "spec.prediction.horizon/step")
     if horizon < period:
         raise SpecError("prediction.horizon must be >= controlPeriod: each period plans at "
                         "least until the next", "spec.prediction.horizon")
-    headroom = _number(_get(pred, "headroom", default("spec.prediction.headroom"),
-                            "spec.prediction"), "spec.prediction.headroom")
-    calibration = int(_number(_get(pred, "calibrationSteps",
-                                   default("spec.prediction.calibrationSteps"),
-                                   "spec.prediction"), "spec.prediction.calibrationSteps"))
+    headroom = _read(pred, "spec.prediction.headroom")
+    calibration = int(_read(pred, "spec.prediction.calibrationSteps"))
     plan_ = spec.get("planner") or {}
-    planner_mode = _choice(_get(plan_, "mode", default("spec.planner.mode"), "spec.planner"),
-                           "spec.planner.mode")
-    lookahead = parse_duration(_get(plan_, "lookahead", default("spec.planner.lookahead"),
-                                    "spec.planner"), "spec.planner.lookahead")
+    planner_mode = _read(plan_, "spec.planner.mode")
+    lookahead = parse_duration(_read(plan_, "spec.planner.lookahead"), "spec.planner.lookahead")
     if lookahead > 168 * 3600:
         raise SpecError("must be at most 168h", "spec.planner.lookahead")
     if lookahead < horizon:
         raise SpecError("planner.lookahead must be >= prediction.horizon",
                         "spec.planner.lookahead")
-    penalty = _number(_get(spec.get("cost"), "violationPenalty",
-                           default("spec.cost.violationPenalty"), "spec.cost"),
-                      "spec.cost.violationPenalty")
+    penalty = _read(spec.get("cost"), "spec.cost.violationPenalty")
     mig = spec.get("migration") or {}
-    policy = _choice(_get(mig, "policy", default("spec.migration.policy"), "spec.migration"),
-                     "spec.migration.policy")
-    mn = _number(_get(mig, "minMiBps", default("spec.migration.minMiBps"), "spec.migration"),
-                 "spec.migration.minMiBps")
-    mx = _number(_get(mig, "maxMiBps", default("spec.migration.maxMiBps"), "spec.migration"),
-                 "spec.migration.maxMiBps")
+    policy = _read(mig, "spec.migration.policy")
+    mn = _read(mig, "spec.migration.minMiBps")
+    mx = _read(mig, "spec.migration.maxMiBps")
     if mn > mx:
         raise SpecError(f"minMiBps ({mn:g}) must be <= maxMiBps ({mx:g})", "spec.migration")
-    overhead = _number(_get(mig, "nodeOverheadSeconds",
-                            default("spec.migration.nodeOverheadSeconds"), "spec.migration"),
-                       "spec.migration.nodeOverheadSeconds")
+    overhead = _read(mig, "spec.migration.nodeOverheadSeconds")
     cmodel = spec.get("capacityModel") or {}
     cm = _get(cmodel, "configMapRef", None, "spec.capacityModel")
     learn = cmodel.get("learn", cm is None)
@@ -666,12 +659,8 @@ def parse(spec: Any) -> PolicySpec:
     # own (configMapRef) is taken as it is unless they say otherwise
     prior_scale = _number(cmodel.get("priorScale", 0.5 if cm is None else 1.0),
                           "spec.capacityModel.priorScale")
-    confidence = _number(cmodel.get("confidenceThreshold",
-                                    default("spec.capacityModel.confidenceThreshold")),
-                         "spec.capacityModel.confidenceThreshold")
-    exploration = _number(cmodel.get("explorationStep",
-                                     default("spec.capacityModel.explorationStep")),
-                          "spec.capacityModel.explorationStep")
+    confidence = _read(cmodel, "spec.capacityModel.confidenceThreshold")
+    exploration = _read(cmodel, "spec.capacityModel.explorationStep")
     prom = None
     metrics = spec.get("metrics")
     p = _get(metrics, "prometheus", None, "spec.metrics")
@@ -685,14 +674,14 @@ def parse(spec: Any) -> PolicySpec:
         if unknown:
             raise SpecError(f"unknown quer(ies) {', '.join(unknown)} (known: "
                             f"{', '.join(known)})", "spec.metrics.prometheus.queries")
-        rate_window = p.get("rateWindow", default("spec.metrics.prometheus.rateWindow"))
+        rate_window = _read(p, "spec.metrics.prometheus.rateWindow")
         window_s = parse_duration(rate_window, "spec.metrics.prometheus.rateWindow")
         if not 2 <= window_s <= 3600 or window_s != int(window_s):
             raise SpecError(f"must be whole seconds between 2s and 1h, got {rate_window!r}",
                             "spec.metrics.prometheus.rateWindow")
         prom = Prometheus(url=url.rstrip("/"),
                           stale_after_s=parse_duration(
-                              p.get("staleAfter", default("spec.metrics.prometheus.staleAfter")),
+                              _read(p, "spec.metrics.prometheus.staleAfter"),
                               "spec.metrics.prometheus.staleAfter"),
                           warmup_s=parse_duration(p.get("warmup", rate_window),
                                                   "spec.metrics.prometheus.warmup"),
@@ -718,7 +707,7 @@ def parse(spec: Any) -> PolicySpec:
     if mode == "Enforce" and prom is None:
         raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "
                         "evidence", "spec.metrics")
-    interference = _get(spec.get("interference"), "enabled", None, "spec.interference")
+    interference = _read(spec.get("interference"), "spec.interference.enabled")
     if interference is not None and not isinstance(interference, bool):
         raise SpecError(f"must be true or false (absent: Auto), got {interference!r}",
                         "spec.interference.enabled")
@@ -734,8 +723,8 @@ def parse(spec: Any) -> PolicySpec:
     repairs = {} if spec.get("repairs") is None else spec["repairs"]
     if not isinstance(repairs, dict):
         raise SpecError("must be an object", "spec.repairs")
-    cleanup = _get(up, "cleanup", default("spec.scaleUp.cleanup"), "spec.scaleUp")
-    hold = _get(repairs, "hold", default("spec.repairs.hold"), "spec.repairs")
+    cleanup = _read(up, "spec.scaleUp.cleanup")
+    hold = _read(repairs, "spec.repairs.hold")
     for v, where in ((cleanup, "spec.scaleUp.cleanup"), (hold, "spec.repairs.hold")):
         if not isinstance(v, bool):
             raise SpecError(f"must be true or false, got {v!r}", where)
@@ -758,15 +747,10 @@ def parse(spec: Any) -> PolicySpec:
         prometheus=prom,
         interference=interference,
         stabilization_s=stabilization,
-        pvc_policy=_choice(_get(down, "pvcPolicy", default("spec.scaleDown.pvcPolicy"),
-                                "spec.scaleDown"), "spec.scaleDown.pvcPolicy"),
+        pvc_policy=_read(down, "spec.scaleDown.pvcPolicy"),
         cleanup=cleanup and target.store == "cassandra", hold_for_repairs=hold,
-        min_free_fraction=_number(_get(down, "minFreeFraction",
-                                       default("spec.scaleDown.minFreeFraction"),
-                                       "spec.scaleDown"), "spec.scaleDown.minFreeFraction"),
-        compaction_margin=_number(_get(down, "compactionMargin",
-                                       default("spec.scaleDown.compactionMargin"),
-                                       "spec.scaleDown"), "spec.scaleDown.compactionMargin"),
+        min_free_fraction=_read(down, "spec.scaleDown.minFreeFraction"),
+        compaction_margin=_read(down, "spec.scaleDown.compactionMargin"),
         node_mbit=node_mbit, client_ports=client_ports, storage_ports=storage_ports,
         behavior=behavior, fallback_threshold=fallback_threshold,
         fallback_behavior=fallback_behavior,
