@@ -22,8 +22,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from elastore.errors import ElastoreError
 from elastore.resources import CRD_FILE, crd_path
 
@@ -32,41 +30,42 @@ MARK = "# generated from elastore.operator.specfields: python -m elastore.operat
 _FLOW_WIDTH = 88
 
 
-class _Dumper(yaml.SafeDumper):
-    """Block style for objects, flow style for lists of scalars and short leaves; a block
-    list indented under its key."""
-
-    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
-        super().increase_indent(flow, False)
-
-
 def _scalar(v: Any) -> bool:
     return not isinstance(v, dict | list)
 
 
-def _represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data,
-                                     flow_style=all(_scalar(v) for v in data))
+def _dump(data: dict[str, Any]) -> str:
+    """Block style for objects, flow style for lists of scalars and for leaves that fit
+    :data:`_FLOW_WIDTH`; a block list indented under its key. (PyYAML is the ``operator``
+    extra's, imported here only.)"""
+    import yaml
 
+    class Dumper(yaml.SafeDumper):
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+            super().increase_indent(flow, False)
 
-def _represent_dict(dumper: yaml.SafeDumper, data: dict[str, Any]) -> yaml.Node:
-    leaf = all(_scalar(v) or (isinstance(v, list) and all(_scalar(x) for x in v))
-               for v in data.values())
-    short = sum(len(str(k)) + len(str(v)) + 4 for k, v in data.items()) <= _FLOW_WIDTH
-    return dumper.represent_mapping("tag:yaml.org,2002:map", data,
-                                    flow_style=leaf and short and "description" not in data)
+    def represent_list(dumper: yaml.SafeDumper, data: list[Any]) -> yaml.Node:
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", data,
+                                         flow_style=all(_scalar(v) for v in data))
 
+    def represent_dict(dumper: yaml.SafeDumper, data: dict[str, Any]) -> yaml.Node:
+        leaf = all(_scalar(v) or (isinstance(v, list) and all(_scalar(x) for x in v))
+                   for v in data.values())
+        short = sum(len(str(k)) + len(str(v)) + 4 for k, v in data.items()) <= _FLOW_WIDTH
+        return dumper.represent_mapping("tag:yaml.org,2002:map", data,
+                                        flow_style=leaf and short and "description" not in data)
 
-_Dumper.add_representer(list, _represent_list)
-_Dumper.add_representer(dict, _represent_dict)
+    Dumper.add_representer(list, represent_list)
+    Dumper.add_representer(dict, represent_dict)
+    return yaml.dump(data, Dumper=Dumper, sort_keys=False, width=1 << 20, allow_unicode=True,
+                     indent=2)
 
 
 def spec_yaml(indent: int) -> list[str]:
     """The ``spec:`` key and its schema, as lines indented by ``indent``."""
     from elastore.operator.specfields import spec_schema
 
-    text = yaml.dump({"spec": spec_schema()}, Dumper=_Dumper, sort_keys=False,
-                     width=1 << 20, allow_unicode=True, indent=2)
+    text = _dump({"spec": spec_schema()})
     return [" " * indent + line if line else line for line in text.splitlines()]
 
 
