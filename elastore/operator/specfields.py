@@ -60,195 +60,211 @@ class F:
         return self.path.rpartition(".")[2]
 
 
+def _key_ref(path: str) -> tuple[F, ...]:
+    """The ``name`` and ``key`` of a Secret or ConfigMap key the object ``path`` names."""
+    return (F(f"{path}.name", "string", min_length=1, max_length=253, required=True),
+            F(f"{path}.key", "string", min_length=1, max_length=253, required=True))
+
+
+def _policies(path: str) -> tuple[F, ...]:
+    """The HPA's scaling policies of one direction of ``spec.behavior``."""
+    return (F(path, "array", max_items=10),
+            F(f"{path}[]", "object"),
+            F(f"{path}[].type", "string", enum=("Pods", "Percent"), required=True),
+            F(f"{path}[].value", "integer", minimum=1, maximum=10000, required=True),
+            F(f"{path}[].periodSeconds", "integer", minimum=1, maximum=int(MAX_PERIOD_S),
+              required=True))
+
+
 FIELDS: tuple[F, ...] = (
-    F('spec', 'object',
+    F("spec", "object",
       rules=(
-          ('self.replicas.min >= self.target.replicationFactor',
-           ('replicas.min must be >= target.replicationFactor: fewer nodes than replicas '
-            'cannot hold the data')),
-          (('!has(self.migration) || !has(self.migration.minMiBps) || '
-            '!has(self.migration.maxMiBps) || self.migration.minMiBps <= '
-            'self.migration.maxMiBps'),
-           'migration.minMiBps must be <= migration.maxMiBps'),
+          ("self.replicas.min >= self.target.replicationFactor",
+           ("replicas.min must be >= target.replicationFactor: fewer nodes than replicas "
+            "cannot hold the data")),
+          (("!has(self.migration) || !has(self.migration.minMiBps) || "
+            "!has(self.migration.maxMiBps) || self.migration.minMiBps <= "
+            "self.migration.maxMiBps"),
+           "migration.minMiBps must be <= migration.maxMiBps"),
           ("self.mode != 'Enforce' || has(self.metrics)",
-           'mode Enforce needs spec.metrics: elastore never acts without evidence'),
-          ('duration(self.prediction.horizon) >= duration(self.controlPeriod)',
-           ('prediction.horizon must be >= controlPeriod: each period plans at least until '
-            'the next')),
-          ('duration(self.planner.lookahead) >= duration(self.prediction.horizon)',
-           'planner.lookahead must be >= prediction.horizon'),
-          (('!has(self.interference) || !has(self.interference.enabled) || '
-            '!self.interference.enabled || has(self.metrics)'),
-           ('interference.enabled: true needs spec.metrics.prometheus (the index is read '
-            'from it)')),
+           "mode Enforce needs spec.metrics: elastore never acts without evidence"),
+          ("duration(self.prediction.horizon) >= duration(self.controlPeriod)",
+           ("prediction.horizon must be >= controlPeriod: each period plans at least until "
+            "the next")),
+          ("duration(self.planner.lookahead) >= duration(self.prediction.horizon)",
+           "planner.lookahead must be >= prediction.horizon"),
+          (("!has(self.interference) || !has(self.interference.enabled) || "
+            "!self.interference.enabled || has(self.metrics)"),
+           ("interference.enabled: true needs spec.metrics.prometheus (the index is read "
+            "from it)")),
       ),
       required=True),
-    F('spec.target', 'object', required=True),
-    F('spec.target.kind', 'string',
-      enum=('StatefulSet', 'CassandraDatacenter'),
-      default='StatefulSet',
-      doc=('StatefulSet: a bare StatefulSet, scaled one node at a time through its scale '
-           'subresource. CassandraDatacenter: a cass-operator (K8ssandra) datacenter '
-           '(cassandra.datastax.com/v1beta1), resized through spec.size in rack-balanced '
-           'steps; cass-operator adds and decommissions the nodes')),
-    F('spec.target.name', 'string', min_length=1, max_length=253, required=True),
-    F('spec.target.store', 'string', enum=('cassandra', 'swift'), default='cassandra'),
-    F('spec.target.replicationFactor', 'integer', minimum=1, maximum=7, required=True),
-    F('spec.target.container', 'string',
+    F("spec.target", "object", required=True),
+    F("spec.target.kind", "string",
+      enum=("StatefulSet", "CassandraDatacenter"),
+      default="StatefulSet",
+      doc=("StatefulSet: a bare StatefulSet, scaled one node at a time through its scale "
+           "subresource. CassandraDatacenter: a cass-operator (K8ssandra) datacenter "
+           "(cassandra.datastax.com/v1beta1), resized through spec.size in rack-balanced "
+           "steps; cass-operator adds and decommissions the nodes")),
+    F("spec.target.name", "string", min_length=1, max_length=253, required=True),
+    F("spec.target.store", "string", enum=("cassandra", "swift"), default="cassandra"),
+    F("spec.target.replicationFactor", "integer", minimum=1, maximum=7, required=True),
+    F("spec.target.container", "string",
       min_length=1,
       max_length=63,
-      pattern='^[a-z0-9]([-a-z0-9]*[a-z0-9])?$',
+      pattern="^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
       doc=("container the operator's commands run in (a container name; absent: the "
            "store's name, cassandra or swift): nodetool for Cassandra, md5sum and du for "
-           'Swift')),
-    F('spec.target.swift', 'object',
-      doc=('a Swift target (store: swift): where its pods read their rings and keep their '
+           "Swift")),
+    F("spec.target.swift", "object",
+      doc=("a Swift target (store: swift): where its pods read their rings and keep their "
            "devices. Each pod has one device, put in the rings at the pod's IP (zone: its "
-           'ordinal + 1)')),
-    F('spec.target.swift.ringConfigMap', 'string',
+           "ordinal + 1)")),
+    F("spec.target.swift.ringConfigMap", "string",
       max_length=253,
-      pattern='^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$',
-      doc=('the ConfigMap every Swift pod mounts its rings from (<kind>.builder or '
-           '<kind>.builder.gz, and <kind>.ring.gz, for account, container and object); '
+      pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+      doc=("the ConfigMap every Swift pod mounts its rings from (<kind>.builder or "
+           "<kind>.builder.gz, and <kind>.ring.gz, for account, container and object); "
            'labelled elastore.io/swift-rings: "true"; the operator changes the rings there '
-           '(required in Enforce)')),
-    F('spec.target.swift.ringDir', 'string',
-      default='/etc/swift',
+           "(required in Enforce)")),
+    F("spec.target.swift.ringDir", "string",
+      default="/etc/swift",
       max_length=256,
-      pattern='^/[A-Za-z0-9_./-]*$',
+      pattern="^/[A-Za-z0-9_./-]*$",
       doc="where the pods read the ring files (the ConfigMap's mount)"),
-    F('spec.target.swift.devicesDir', 'string',
-      default='/srv/node',
+    F("spec.target.swift.devicesDir", "string",
+      default="/srv/node",
       max_length=256,
-      pattern='^/[A-Za-z0-9_./-]*$',
+      pattern="^/[A-Za-z0-9_./-]*$",
       doc="the servers' devices directory"),
-    F('spec.target.swift.device', 'string',
-      default='d1',
+    F("spec.target.swift.device", "string",
+      default="d1",
       max_length=64,
-      pattern='^[A-Za-z0-9_.-]+$',
+      pattern="^[A-Za-z0-9_.-]+$",
       doc="each pod's device under devicesDir"),
-    F('spec.target.swift.weight', 'number',
+    F("spec.target.swift.weight", "number",
       default=100,
       open_min=True,
       minimum=0,
       doc="a new pod's device weight"),
-    F('spec.target.swift.execPrefix', 'array',
+    F("spec.target.swift.execPrefix", "array",
       max_items=4,
       doc=("a command the operator's commands in the pods go through; one the operator "
            "allows (elastore operator run --exec-prefix; the chart's swift.execPrefixes), "
-           'never free text')),
-    F('spec.target.swift.execPrefix[]', 'string',
+           "never free text")),
+    F("spec.target.swift.execPrefix[]", "string",
       min_length=1,
       max_length=256,
-      pattern='^[A-Za-z0-9_./+-]+$'),
-    F('spec.target.nodetool', 'array',
+      pattern="^[A-Za-z0-9_./+-]+$"),
+    F("spec.target.nodetool", "array",
       min_items=1,
       max_items=4,
-      default=('nodetool',),
-      doc=('the nodetool command, before its arguments (decommission, netstats, '
-           'setstreamthroughput): one of the commands the operator allows (elastore '
+      default=("nodetool",),
+      doc=("the nodetool command, before its arguments (decommission, netstats, "
+           "setstreamthroughput): one of the commands the operator allows (elastore "
            "operator run --nodetool; the chart's nodetool.allowed), never free text")),
-    F('spec.target.nodetool[]', 'string',
+    F("spec.target.nodetool[]", "string",
       min_length=1,
       max_length=256,
-      pattern='^[A-Za-z0-9_./+-]+$'),
-    F('spec.replicas', 'object',
+      pattern="^[A-Za-z0-9_./+-]+$"),
+    F("spec.replicas", "object",
       rules=(
-          ('self.min <= self.max',
-           'replicas.min must be <= replicas.max'),
+          ("self.min <= self.max",
+           "replicas.min must be <= replicas.max"),
       ),
       required=True),
-    F('spec.replicas.min', 'integer', minimum=1, maximum=1000, required=True),
-    F('spec.replicas.max', 'integer', minimum=1, maximum=1000, required=True),
-    F('spec.slo', 'object', required=True),
-    F('spec.slo.percentile', 'integer', enum=(95, 99), default=95),
-    F('spec.slo.latencyMs', 'number', open_min=True, minimum=0, maximum=600000, required=True),
-    F('spec.controlPeriod', 'string',
-      default='10m',
+    F("spec.replicas.min", "integer", minimum=1, maximum=1000, required=True),
+    F("spec.replicas.max", "integer", minimum=1, maximum=1000, required=True),
+    F("spec.slo", "object", required=True),
+    F("spec.slo.percentile", "integer", enum=(95, 99), default=95),
+    F("spec.slo.latencyMs", "number", open_min=True, minimum=0, maximum=600000, required=True),
+    F("spec.controlPeriod", "string",
+      default="10m",
       pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
       rules=(
           ("duration(self) >= duration('10s') && duration(self) <= duration('24h')",
-           'controlPeriod must be between 10s and 24h'),
+           "controlPeriod must be between 10s and 24h"),
       )),
-    F('spec.mode', 'string', enum=('Recommend', 'Enforce'), default='Recommend'),
-    F('spec.prediction', 'object', default={}),
-    F('spec.prediction.method', 'string',
+    F("spec.mode", "string", enum=("Recommend", "Enforce"), default="Recommend"),
+    F("spec.prediction", "object", default={}),
+    F("spec.prediction.method", "string",
       enum=tuple(METHODS),
       default=DEFAULT_METHOD),
-    F('spec.prediction.horizon', 'string',
-      default='10m',
+    F("spec.prediction.horizon", "string",
+      default="10m",
       pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
       rules=(
           ("duration(self) > duration('0s')",
-           'prediction.horizon must be positive'),
+           "prediction.horizon must be positive"),
       )),
-    F('spec.prediction.step', 'string',
-      default='1h',
+    F("spec.prediction.step", "string",
+      default="1h",
       pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
-      doc=('the load series the predictor sees: one value per step (its seasons are 24 and '
-           '168 steps)'),
+      doc=("the load series the predictor sees: one value per step (its seasons are 24 and "
+           "168 steps)"),
       rules=(
           ("duration(self) >= duration('1s')",
-           'prediction.step must be at least 1s'),
+           "prediction.step must be at least 1s"),
       )),
-    F('spec.prediction.headroom', 'number',
+    F("spec.prediction.headroom", "number",
       minimum=0,
       maximum=0.9,
       default=0.1,
       doc=("Window planner: the fraction of each server's capacity kept free. The Horizon "
            "planner plans on the forecast's calibrated quantile scenarios instead")),
-    F('spec.prediction.calibrationSteps', 'integer',
+    F("spec.prediction.calibrationSteps", "integer",
       minimum=48,
       maximum=1008,
       default=336,
-      doc=('Horizon planner: the forecast origins (steps) whose errors calibrate its '
-           'quantile scenarios. A surprise widens the scenarios for this long; fewer steps '
-           'forget a one-off surge sooner, more remember a rare one')),
-    F('spec.planner', 'object', default={}),
-    F('spec.planner.mode', 'string',
-      enum=('Horizon', 'Window'),
-      default='Horizon',
-      doc=('Horizon: the cheapest schedule of node changes over the lookahead for the '
+      doc=("Horizon planner: the forecast origins (steps) whose errors calibrate its "
+           "quantile scenarios. A surprise widens the scenarios for this long; fewer steps "
+           "forget a one-off surge sooner, more remember a rare one")),
+    F("spec.planner", "object", default={}),
+    F("spec.planner.mode", "string",
+      enum=("Horizon", "Window"),
+      default="Horizon",
+      doc=("Horizon: the cheapest schedule of node changes over the lookahead for the "
            "forecast's scenarios and the violation penalty. Window: the paper's scheduler, "
-           'one prediction.horizon at a time')),
-    F('spec.planner.lookahead', 'string',
-      default='24h',
+           "one prediction.horizon at a time")),
+    F("spec.planner.lookahead", "string",
+      default="24h",
       pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
-      doc='how far the Horizon planner looks: longer than the slowest change it may plan',
+      doc="how far the Horizon planner looks: longer than the slowest change it may plan",
       rules=(
           ("duration(self) <= duration('168h')",
-           'planner.lookahead must be at most 168h'),
+           "planner.lookahead must be at most 168h"),
       )),
-    F('spec.cost', 'object', default={}),
-    F('spec.cost.violationPenalty', 'number',
+    F("spec.cost", "object", default={}),
+    F("spec.cost.violationPenalty", "number",
       minimum=0,
       maximum=1000000,
       default=100,
-      doc=('what an hour of SLO violation costs, in server-hours: the Horizon planner '
-           'minimises server-hours + violationPenalty x violation-hours')),
-    F('spec.migration', 'object', default={}),
-    F('spec.migration.policy', 'string',
-      enum=('PreferClients', 'PreferMigration'),
-      default='PreferClients'),
-    F('spec.migration.minMiBps', 'number', open_min=True, minimum=0, default=1),
-    F('spec.migration.maxMiBps', 'number', open_min=True, minimum=0, default=24),
-    F('spec.migration.nodeOverheadSeconds', 'integer',
+      doc=("what an hour of SLO violation costs, in server-hours: the Horizon planner "
+           "minimises server-hours + violationPenalty x violation-hours")),
+    F("spec.migration", "object", default={}),
+    F("spec.migration.policy", "string",
+      enum=("PreferClients", "PreferMigration"),
+      default="PreferClients"),
+    F("spec.migration.minMiBps", "number", open_min=True, minimum=0, default=1),
+    F("spec.migration.maxMiBps", "number", open_min=True, minimum=0, default=24),
+    F("spec.migration.nodeOverheadSeconds", "integer",
       minimum=0,
       maximum=86400,
       default=120,
-      doc=('time a node step takes besides streaming data (pod start, JVM boot, ring '
-           'join): the planner starts scale-outs this much earlier')),
-    F('spec.bandwidth', 'object',
+      doc=("time a node step takes besides streaming data (pod start, JVM boot, ring "
+           "join): the planner starts scale-outs this much earlier")),
+    F("spec.bandwidth", "object",
       doc=("BwMan on each node's link: the link total is split between client traffic and "
-           'storage traffic (streaming, gossip, replica messages), published in '
-           'status.bandwidth for the node agent; the storage share sets the stream '
-           'throttle'),
+           "storage traffic (streaming, gossip, replica messages), published in "
+           "status.bandwidth for the node agent; the storage share sets the stream "
+           "throttle"),
       rules=(
-          (('!has(self.clientPorts) || !has(self.storagePorts) || self.clientPorts.all(p, '
-            '!(p in self.storagePorts))'),
-           'bandwidth.clientPorts and bandwidth.storagePorts must be disjoint'),
+          (("!has(self.clientPorts) || !has(self.storagePorts) || self.clientPorts.all(p, "
+            "!(p in self.storagePorts))"),
+           "bandwidth.clientPorts and bandwidth.storagePorts must be disjoint"),
       )),
-    F('spec.bandwidth.nodeMbit', 'number',
+    F("spec.bandwidth.nodeMbit", "number",
       open_min=True,
       # BwMan keeps a gossip margin for the storage class and a floor for the clients
       minimum=BwManConfig.gossip_margin_mbit + BwManConfig.min_client_mbit,
@@ -256,84 +272,84 @@ FIELDS: tuple[F, ...] = (
       doc=("Mbit/s: each node's link total that BwMan splits (configured, not measured: "
            "virtual NICs and veths report no speed, and a cloud instance's ceiling differs "
            "from its NIC's nominal speed). More than 1.5: BwMan keeps 0.5 Mbit/s for "
-           'gossip and 1 for the clients. Absent: no split, the stream throttle is the '
+           "gossip and 1 for the clients. Absent: no split, the stream throttle is the "
            "planner's rate")),
-    F('spec.bandwidth.clientPorts', 'array',
+    F("spec.bandwidth.clientPorts", "array",
       min_items=1,
       max_items=16,
-      list_type='set',
-      doc=('TCP ports of client traffic (default for store cassandra: [9042], the native '
-           'protocol)')),
-    F('spec.bandwidth.clientPorts[]', 'integer', minimum=1, maximum=65535),
-    F('spec.bandwidth.storagePorts', 'array',
+      list_type="set",
+      doc=("TCP ports of client traffic (default for store cassandra: [9042], the native "
+           "protocol)")),
+    F("spec.bandwidth.clientPorts[]", "integer", minimum=1, maximum=65535),
+    F("spec.bandwidth.storagePorts", "array",
       min_items=1,
       max_items=16,
-      list_type='set',
-      doc=('TCP ports of storage traffic (default for store cassandra: [7000, 7001], '
-           'inter-node messaging and streaming, plain and TLS)')),
-    F('spec.bandwidth.storagePorts[]', 'integer', minimum=1, maximum=65535),
-    F('spec.capacityModel', 'object',
-      doc=('the SLO border the planner sizes by: a fitted model (configMapRef, from '
+      list_type="set",
+      doc=("TCP ports of storage traffic (default for store cassandra: [7000, 7001], "
+           "inter-node messaging and streaming, plain and TLS)")),
+    F("spec.bandwidth.storagePorts[]", "integer", minimum=1, maximum=65535),
+    F("spec.capacityModel", "object",
+      doc=("the SLO border the planner sizes by: a fitted model (configMapRef, from "
            "`elastore models fit`) and/or one calibrated online from the store's own "
-           'per-node latencies (learn)')),
-    F('spec.capacityModel.configMapRef', 'object'),
-    F('spec.capacityModel.configMapRef.name', 'string', min_length=1, required=True),
-    F('spec.capacityModel.configMapRef.key', 'string', default='model.json'),
-    F('spec.capacityModel.learn', 'boolean',
-      doc=('calibrate the model online (default: true without configMapRef, false with '
-           'one); the learned model is kept in the ConfigMap <policy>-capacity-model, '
-           'owned by the policy, and summarised in status.model')),
-    F('spec.capacityModel.priorScale', 'number',
+           "per-node latencies (learn)")),
+    F("spec.capacityModel.configMapRef", "object"),
+    F("spec.capacityModel.configMapRef.name", "string", min_length=1, required=True),
+    F("spec.capacityModel.configMapRef.key", "string", default="model.json"),
+    F("spec.capacityModel.learn", "boolean",
+      doc=("calibrate the model online (default: true without configMapRef, false with "
+           "one); the learned model is kept in the ConfigMap <policy>-capacity-model, "
+           "owned by the policy, and summarised in status.model")),
+    F("spec.capacityModel.priorScale", "number",
       minimum=0.05,
       maximum=20,
       doc=("learning: the prior's capacity factor (default 0.5 for the built-in lab "
-           'profile, 1 for a configMapRef model)')),
-    F('spec.capacityModel.confidenceThreshold', 'number',
+           "profile, 1 for a configMapRef model)")),
+    F("spec.capacityModel.confidenceThreshold", "number",
       open_min=True,
       minimum=0,
       maximum=1,
       default=0.8,
-      doc=('learning: below this confidence in the border (posterior mass within 10 % of '
-           'its median) Enforce only scales out')),
-    F('spec.capacityModel.explorationStep', 'number',
+      doc=("learning: below this confidence in the border (posterior mass within 10 % of "
+           "its median) Enforce only scales out")),
+    F("spec.capacityModel.explorationStep", "number",
       open_min=True,
       minimum=0,
       maximum=2,
       default=0.15,
       doc=("learning: until the border has been observed, the plan's capacity per node "
-           'stays within (1 + this) x the highest load per node seen within the SLO')),
-    F('spec.metrics', 'object'),
-    F('spec.metrics.prometheus', 'object', required=True),
-    F('spec.metrics.prometheus.url', 'string', pattern='^https?://', required=True),
-    F('spec.metrics.prometheus.staleAfter', 'string',
-      default='2m',
+           "stays within (1 + this) x the highest load per node seen within the SLO")),
+    F("spec.metrics", "object"),
+    F("spec.metrics.prometheus", "object", required=True),
+    F("spec.metrics.prometheus.url", "string", pattern="^https?://", required=True),
+    F("spec.metrics.prometheus.staleAfter", "string",
+      default="2m",
       pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$'),
-    F('spec.metrics.prometheus.rateWindow', 'string',
-      default='1m',
-      pattern='^([0-9]+(s|m|h))+$',
+    F("spec.metrics.prometheus.rateWindow", "string",
+      default="1m",
+      pattern="^([0-9]+(s|m|h))+$",
       doc=("the range of every rate() in the preset's queries, whole seconds from 2s to 1h "
-           '(at least four scrape intervals)')),
-    F('spec.metrics.prometheus.warmup', 'string',
+           "(at least four scrape intervals)")),
+    F("spec.metrics.prometheus.warmup", "string",
       pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
-      doc=('how old the load series must be before its rate counts as a measurement '
-           '(default: the rateWindow)')),
-    F('spec.metrics.prometheus.selector', 'string',
+      doc=("how old the load series must be before its rate counts as a measurement "
+           "(default: the rateWindow)")),
+    F("spec.metrics.prometheus.selector", "string",
       doc='label matchers added to the default queries, e.g. cluster="orders"'),
-    F('spec.metrics.prometheus.namespaceLabel', 'string',
-      default='namespace',
-      pattern='^([a-zA-Z_][a-zA-Z0-9_]*)?$',
+    F("spec.metrics.prometheus.namespaceLabel", "string",
+      default="namespace",
+      pattern="^([a-zA-Z_][a-zA-Z0-9_]*)?$",
       doc=("the label holding a series' namespace; the default queries match the policy's "
            'namespace ("": no namespace scope)')),
-    F('spec.metrics.prometheus.podLabel', 'string',
-      default='pod',
-      pattern='^([a-zA-Z_][a-zA-Z0-9_]*)?$',
+    F("spec.metrics.prometheus.podLabel", "string",
+      default="pod",
+      pattern="^([a-zA-Z_][a-zA-Z0-9_]*)?$",
       doc=("the label holding a series' pod; the default queries match the target's pods, "
            '<target>-<ordinal>, and count the nodes by it ("": no pod scope, one freshness '
-           'series per node)')),
-    F('spec.metrics.prometheus.preset', 'string',
+           "series per node)")),
+    F("spec.metrics.prometheus.preset", "string",
       enum=tuple(PRESETS),
-      doc=('whose metric names the default queries use (absent: management-api for a '
-           'CassandraDatacenter target, swift-statsd for a Swift one, jmx-exporter '
+      doc=("whose metric names the default queries use (absent: management-api for a "
+           "CassandraDatacenter target, swift-statsd for a Swift one, jmx-exporter "
            "otherwise): swift-statsd (Swift's StatsD through statsd_exporter with "
            "elastore's mapping), jmx-exporter (Prometheus's JMX exporter, default naming "
            "of Cassandra's MBeans), jmx-exporter-example (its "
@@ -341,187 +357,130 @@ FIELDS: tuple[F, ...] = (
            "cassandra-exporter), mcac (DataStax's Metric Collector for Apache Cassandra), "
            "management-api (K8ssandra's Management API /metrics); docs/operator.md lists "
            "each preset's metrics")),
-    F('spec.metrics.prometheus.bearerTokenSecret', 'object',
+    F("spec.metrics.prometheus.bearerTokenSecret", "object",
       doc=("a Secret in the policy's namespace, labelled "
            'elastore.io/prometheus-credentials: "true", whose key holds a bearer token '
-           '(https only)')),
-    F('spec.metrics.prometheus.bearerTokenSecret.name', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.bearerTokenSecret.key', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.basicAuth', 'object',
+           "(https only)")),
+    *_key_ref("spec.metrics.prometheus.bearerTokenSecret"),
+    F("spec.metrics.prometheus.basicAuth", "object",
       doc=('Secrets (labelled elastore.io/prometheus-credentials: "true") holding the user '
-           'name and password (https only)')),
-    F('spec.metrics.prometheus.basicAuth.username', 'object', required=True),
-    F('spec.metrics.prometheus.basicAuth.username.name', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.basicAuth.username.key', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.basicAuth.password', 'object', required=True),
-    F('spec.metrics.prometheus.basicAuth.password.name', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.basicAuth.password.key', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.tlsConfig', 'object'),
-    F('spec.metrics.prometheus.tlsConfig.ca', 'object',
-      doc=('a PEM CA bundle: a Secret (labelled elastore.io/prometheus-credentials: '
+           "name and password (https only)")),
+    F("spec.metrics.prometheus.basicAuth.username", "object", required=True),
+    *_key_ref("spec.metrics.prometheus.basicAuth.username"),
+    F("spec.metrics.prometheus.basicAuth.password", "object", required=True),
+    *_key_ref("spec.metrics.prometheus.basicAuth.password"),
+    F("spec.metrics.prometheus.tlsConfig", "object"),
+    F("spec.metrics.prometheus.tlsConfig.ca", "object",
+      doc=("a PEM CA bundle: a Secret (labelled elastore.io/prometheus-credentials: "
            '"true") or a ConfigMap key')),
-    F('spec.metrics.prometheus.tlsConfig.ca.secret', 'object'),
-    F('spec.metrics.prometheus.tlsConfig.ca.secret.name', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.tlsConfig.ca.secret.key', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.tlsConfig.ca.configMap', 'object'),
-    F('spec.metrics.prometheus.tlsConfig.ca.configMap.name', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.tlsConfig.ca.configMap.key', 'string',
-      min_length=1,
-      max_length=253,
-      required=True),
-    F('spec.metrics.prometheus.tlsConfig.insecureSkipVerify', 'boolean',
+    F("spec.metrics.prometheus.tlsConfig.ca.secret", "object"),
+    *_key_ref("spec.metrics.prometheus.tlsConfig.ca.secret"),
+    F("spec.metrics.prometheus.tlsConfig.ca.configMap", "object"),
+    *_key_ref("spec.metrics.prometheus.tlsConfig.ca.configMap"),
+    F("spec.metrics.prometheus.tlsConfig.insecureSkipVerify", "boolean",
       default=False,
       doc="do not verify Prometheus's certificate (never the default)"),
-    F('spec.metrics.prometheus.queries', 'object',
+    F("spec.metrics.prometheus.queries", "object",
       doc="PromQL overriding the preset's queries (and elastore's node agent's index)"),
-    F('spec.metrics.prometheus.queries.readRps', 'string', min_length=1),
-    F('spec.metrics.prometheus.queries.writeRps', 'string', min_length=1),
-    F('spec.metrics.prometheus.queries.migrationMiBps', 'string', min_length=1),
-    F('spec.metrics.prometheus.queries.dataBytes', 'string', min_length=1),
-    F('spec.metrics.prometheus.queries.freshness', 'string',
+    F("spec.metrics.prometheus.queries.readRps", "string", min_length=1),
+    F("spec.metrics.prometheus.queries.writeRps", "string", min_length=1),
+    F("spec.metrics.prometheus.queries.migrationMiBps", "string", min_length=1),
+    F("spec.metrics.prometheus.queries.dataBytes", "string", min_length=1),
+    F("spec.metrics.prometheus.queries.freshness", "string",
       min_length=1,
-      doc='one series per node: the time of its newest sample'),
-    F('spec.metrics.prometheus.queries.interference', 'string',
+      doc="one series per node: the time of its newest sample"),
+    F("spec.metrics.prometheus.queries.interference", "string",
       min_length=1,
       doc=("one series, the interference index in [0, 1] (default: avg of the node agent's "
            "elastore_interference_index over the target's pods)")),
-    F('spec.metrics.prometheus.queries.latencyMs', 'string',
+    F("spec.metrics.prometheus.queries.latencyMs", "string",
       min_length=1,
       doc=("one series, the store's latency at the SLO's percentile in milliseconds, for "
            "learning the interference effect (default: Cassandra's coordinator read/write "
-           'percentile, weighted by request rate)')),
-    F('spec.metrics.prometheus.queries.nodeReadRps', 'string',
+           "percentile, weighted by request rate)")),
+    F("spec.metrics.prometheus.queries.nodeReadRps", "string",
       min_length=1,
-      doc='one series per node (by podLabel): client reads/s it coordinates'),
-    F('spec.metrics.prometheus.queries.nodeWriteRps', 'string',
+      doc="one series per node (by podLabel): client reads/s it coordinates"),
+    F("spec.metrics.prometheus.queries.nodeWriteRps", "string",
       min_length=1,
-      doc='one series per node: client writes/s'),
-    F('spec.metrics.prometheus.queries.nodeLatencyMs', 'string',
+      doc="one series per node: client writes/s"),
+    F("spec.metrics.prometheus.queries.nodeLatencyMs", "string",
       min_length=1,
       doc=("one series per node: its latency at the SLO's percentile, ms (for learning the "
-           'capacity model)')),
-    F('spec.metrics.prometheus.queries.nodeMigrationMiBps', 'string',
+           "capacity model)")),
+    F("spec.metrics.prometheus.queries.nodeMigrationMiBps", "string",
       min_length=1,
-      doc='one series per node: MiB/s it streams out'),
-    F('spec.interference', 'object',
+      doc="one series per node: MiB/s it streams out"),
+    F("spec.interference", "object",
       default={},
-      doc=('Hubbub-scale: plan with the interference index (capacity / g(index), g learned '
+      doc=("Hubbub-scale: plan with the interference index (capacity / g(index), g learned "
            "online from the store's latency)")),
-    F('spec.interference.enabled', 'boolean',
+    F("spec.interference.enabled", "boolean",
       doc=("absent: Auto, the index when its series exist for the target's pods, else "
-           'interference-blind and said so in status.interference; true: the index is '
-           'required (no decision without it); false: interference-blind')),
-    F('spec.scaleUp', 'object'),
-    F('spec.scaleUp.cleanup', 'boolean',
+           "interference-blind and said so in status.interference; true: the index is "
+           "required (no decision without it); false: interference-blind")),
+    F("spec.scaleUp", "object"),
+    F("spec.scaleUp.cleanup", "boolean",
       default=True,
-      doc=('after each scale-out, nodetool cleanup on every old node, one at a time, '
-           'throttled to the migration rate; no scale-in starts until it is done '
-           '(Cassandra targets; a StatefulSet target only: cass-operator runs its own)')),
-    F('spec.repairs', 'object'),
-    F('spec.repairs.hold', 'boolean',
+      doc=("after each scale-out, nodetool cleanup on every old node, one at a time, "
+           "throttled to the migration rate; no scale-in starts until it is done "
+           "(Cassandra targets; a StatefulSet target only: cass-operator runs its own)")),
+    F("spec.repairs", "object"),
+    F("spec.repairs.hold", "boolean",
       default=True,
-      doc=('no topology change starts while a node shows a repair (compactionstats: '
-           'Validation or Anticompaction; netstats: a Repair session), unless the forecast '
-           'puts the SLO at risk (said in a RepairOverridden Event)')),
-    F('spec.scaleDown', 'object', default={}),
-    F('spec.scaleDown.stabilizationSeconds', 'integer',
+      doc=("no topology change starts while a node shows a repair (compactionstats: "
+           "Validation or Anticompaction; netstats: a Repair session), unless the forecast "
+           "puts the SLO at risk (said in a RepairOverridden Event)")),
+    F("spec.scaleDown", "object", default={}),
+    F("spec.scaleDown.stabilizationSeconds", "integer",
       minimum=0,
       maximum=86400,
-      doc=('how long scale-in waits for the recommendations to stay low (absent: 300, or '
-           'spec.behavior.scaleDown.stabilizationWindowSeconds)')),
-    F('spec.scaleDown.pvcPolicy', 'string', enum=('Retain', 'Delete'), default='Retain'),
-    F('spec.scaleDown.minFreeFraction', 'number',
+      doc=("how long scale-in waits for the recommendations to stay low (absent: 300, or "
+           "spec.behavior.scaleDown.stabilizationWindowSeconds)")),
+    F("spec.scaleDown.pvcPolicy", "string", enum=("Retain", "Delete"), default="Retain"),
+    F("spec.scaleDown.minFreeFraction", "number",
       minimum=0,
       maximum=0.9,
       default=0.2,
-      doc=('refuse scale-in unless the survivors keep this fraction of disk free (on the '
-           'bytes they hold, nodetool status)')),
-    F('spec.scaleDown.compactionMargin', 'number',
+      doc=("refuse scale-in unless the survivors keep this fraction of disk free (on the "
+           "bytes they hold, nodetool status)")),
+    F("spec.scaleDown.compactionMargin", "number",
       minimum=0,
       maximum=2,
       default=0.5,
       doc=("room for compaction's temporary copies, as a fraction of a node's load after "
            "the scale-in (0.5 suits size-tiered compaction's common case; leveled needs "
-           'about 0.1)')),
-    F('spec.behavior', 'object',
+           "about 0.1)")),
+    F("spec.behavior", "object",
       doc=("the HorizontalPodAutoscaler's scaling policies: how many nodes may be added or "
-           'removed per period (no policies: no limit; elastore moves one node at a time)')),
-    F('spec.behavior.scaleUp', 'object'),
-    F('spec.behavior.scaleUp.selectPolicy', 'string',
-      enum=('Max', 'Min', 'Disabled'),
-      default='Max'),
-    F('spec.behavior.scaleUp.stabilizationWindowSeconds', 'integer',
+           "removed per period (no policies: no limit; elastore moves one node at a time)")),
+    F("spec.behavior.scaleUp", "object"),
+    F("spec.behavior.scaleUp.selectPolicy", "string",
+      enum=("Max", "Min", "Disabled"),
+      default="Max"),
+    F("spec.behavior.scaleUp.stabilizationWindowSeconds", "integer",
       minimum=0,
       maximum=0,
       doc="must be 0: the forecast's plan times scale-outs"),
-    F('spec.behavior.scaleUp.policies', 'array', max_items=10),
-    F('spec.behavior.scaleUp.policies[]', 'object'),
-    F('spec.behavior.scaleUp.policies[].type', 'string', enum=('Pods', 'Percent'), required=True),
-    F('spec.behavior.scaleUp.policies[].value', 'integer',
-      minimum=1,
-      maximum=10000,
-      required=True),
-    F('spec.behavior.scaleUp.policies[].periodSeconds', 'integer',
-      minimum=1,
-      maximum=int(MAX_PERIOD_S),
-      required=True),
-    F('spec.behavior.scaleDown', 'object'),
-    F('spec.behavior.scaleDown.selectPolicy', 'string',
-      enum=('Max', 'Min', 'Disabled'),
-      default='Max'),
-    F('spec.behavior.scaleDown.stabilizationWindowSeconds', 'integer',
+    *_policies("spec.behavior.scaleUp.policies"),
+    F("spec.behavior.scaleDown", "object"),
+    F("spec.behavior.scaleDown.selectPolicy", "string",
+      enum=("Max", "Min", "Disabled"),
+      default="Max"),
+    F("spec.behavior.scaleDown.stabilizationWindowSeconds", "integer",
       minimum=0,
       maximum=86400,
       doc=("the HPA's name for spec.scaleDown.stabilizationSeconds (set one, or both "
-           'equal)')),
-    F('spec.behavior.scaleDown.policies', 'array', max_items=10),
-    F('spec.behavior.scaleDown.policies[]', 'object'),
-    F('spec.behavior.scaleDown.policies[].type', 'string',
-      enum=('Pods', 'Percent'),
-      required=True),
-    F('spec.behavior.scaleDown.policies[].value', 'integer',
-      minimum=1,
-      maximum=10000,
-      required=True),
-    F('spec.behavior.scaleDown.policies[].periodSeconds', 'integer',
-      minimum=1,
-      maximum=int(MAX_PERIOD_S),
-      required=True),
-    F('spec.fallback', 'object',
-      doc=('after failureThreshold consecutive failed observations: freeze (nothing '
-           'starts) or currentReplicasIfHigher (the scale-outs the last trustworthy plan '
-           'wants); a scale-in on missing data never happens')),
-    F('spec.fallback.failureThreshold', 'integer', minimum=1, maximum=1000, default=3),
-    F('spec.fallback.behavior', 'string',
-      enum=('freeze', 'currentReplicasIfHigher'),
-      default='freeze'),
+           "equal)")),
+    *_policies("spec.behavior.scaleDown.policies"),
+    F("spec.fallback", "object",
+      doc=("after failureThreshold consecutive failed observations: freeze (nothing "
+           "starts) or currentReplicasIfHigher (the scale-outs the last trustworthy plan "
+           "wants); a scale-in on missing data never happens")),
+    F("spec.fallback.failureThreshold", "integer", minimum=1, maximum=1000, default=3),
+    F("spec.fallback.behavior", "string",
+      enum=("freeze", "currentReplicasIfHigher"),
+      default="freeze"),
 )
 
 #: the declarations by path
