@@ -118,6 +118,27 @@ def _by_file(timings: Path) -> dict[str, float]:
     return per
 
 
+def _outcomes(timings: Path) -> dict[str, str]:
+    """Each test's outcome in a phase: failed if any of its setup, call or teardown failed,
+    skipped if it was skipped, else passed (a test that never reported is not counted)."""
+    out: dict[str, str] = {}
+    if not timings.exists():
+        return out
+    for line in timings.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        node, got = str(rec["nodeid"]), str(rec["outcome"])
+        if got == "failed" or out.get(node) == "failed":
+            out[node] = "failed"
+        elif got == "skipped":
+            out[node] = "skipped"
+        elif rec["when"] == "call" and node not in out:
+            out[node] = "passed"
+    return out
+
+
 def _fmt(seconds: float) -> str:
     return f"{seconds / 60:5.1f} min" if seconds >= 60 else f"{seconds:5.0f} s  "
 
@@ -130,6 +151,7 @@ def run_tests(since: float | None, extra: list[str]) -> int:
         rows.append(("set-up (installs)", began - since, 0))
     rc_first = 0
     files: dict[str, tuple[str, float]] = {}
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
     for ph in test_phases(extra):
         timings = OUT / f"{ph.name}.jsonl"
         timings.unlink(missing_ok=True)
@@ -141,6 +163,8 @@ def run_tests(since: float | None, extra: list[str]) -> int:
             rc_first = rc
         for f, s in _by_file(timings).items():
             files[f] = (ph.name, s)
+        for outcome in _outcomes(timings).values():
+            counts[outcome] += 1
     total = time.time() - (since if since is not None else began)
     print("\n=== make test: time per phase")
     for name, secs, rc in rows:
@@ -154,7 +178,11 @@ def run_tests(since: float | None, extra: list[str]) -> int:
         "phases": [{"name": n, "seconds": round(s, 1), "exit": rc} for n, s, rc in rows],
         "total_seconds": round(total, 1), "cores": os.cpu_count(),
         "slowest_files": [{"file": f, "phase": p, "seconds": round(s, 1)}
-                          for f, (p, s) in slow]}, indent=1))
+                          for f, (p, s) in slow], "tests": counts}, indent=1))
+    # the plain closing line, over every phase's tests (a phase that failed without a test
+    # failing, lint or types, still fails the run through the exit code)
+    print(f"total: {counts['passed']} passed, {counts['failed']} failed, "
+          f"{counts['skipped']} skipped")
     return rc_first
 
 

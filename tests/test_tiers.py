@@ -1,0 +1,76 @@
+"""The test tiers' own logic (tests/tiers.py): every test lands in exactly one phase of
+``make test`` or in ``make lab-check``, and the closing counts and slowest files are read
+back from the per-test timing lines as pytest wrote them."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+import tiers
+from _pytest.mark.expression import Expression
+
+MARKERS = ("k8s", "lab", "slow", "concurrent", "measure")
+
+
+def _selected(expr: str, marks: set[str]) -> bool:
+    return bool(Expression.compile(expr).evaluate(lambda name, **_: name in marks))
+
+
+def _marker_sets() -> list[set[str]]:
+    return [set(c) for n in range(len(MARKERS) + 1) for c in combinations(MARKERS, n)]
+
+
+def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test() -> None:
+    phases = {p.name: p for p in tiers.test_phases([])}
+    exprs = {name: p.argv[p.argv.index("-m") + 1] for name, p in phases.items()
+             if "-m" in p.argv}
+    assert set(exprs) == {"parallel", "lab"}
+    for marks in _marker_sets():
+        chosen = [name for name, e in exprs.items() if _selected(e, marks)]
+        if "measure" in marks:
+            assert chosen == [], (marks, chosen)  # make lab-check's only
+        else:
+            assert len(chosen) == 1, (marks, chosen)
+            # a lab test runs beside others only when it says it times nothing
+            if "lab" in marks:
+                assert chosen == ["parallel" if "concurrent" in marks else "lab"], marks
+
+
+def _lines(path: Path, *recs: tuple[str, str, float, str]) -> Path:
+    path.write_text("".join(json.dumps({"nodeid": n, "when": w, "seconds": s,
+                                        "outcome": o}) + "\n" for n, w, s, o in recs)
+                    + '{"nodeid": "cut sh')  # a line cut short by a killed run
+    return path
+
+
+def test_outcomes_and_files_are_read_back_from_the_timing_lines(tmp_path: Path) -> None:
+    f = _lines(tmp_path / "p.jsonl",
+               ("tests/a.py::ok", "setup", 1.0, "passed"),
+               ("tests/a.py::ok", "call", 2.0, "passed"),
+               ("tests/a.py::ok", "teardown", 0.5, "passed"),
+               ("tests/a.py::bad", "setup", 0.1, "passed"),
+               ("tests/a.py::bad", "call", 0.2, "failed"),
+               ("tests/a.py::bad", "teardown", 0.1, "passed"),
+               ("tests/b.py::err", "setup", 3.0, "failed"),  # a fixture that failed
+               ("tests/b.py::err", "teardown", 0.0, "passed"),
+               ("tests/b.py::skip", "setup", 0.0, "skipped"),
+               ("tests/b.py::skip", "teardown", 0.0, "passed"),
+               ("tests/b.py::down", "call", 1.0, "passed"),
+               ("tests/b.py::down", "teardown", 4.0, "failed"))  # teardown failed
+    assert tiers._outcomes(f) == {"tests/a.py::ok": "passed", "tests/a.py::bad": "failed",
+                                  "tests/b.py::err": "failed", "tests/b.py::skip": "skipped",
+                                  "tests/b.py::down": "failed"}
+    assert tiers._by_file(f) == pytest.approx({"tests/a.py": 3.9, "tests/b.py": 8.0})
+    assert tiers._outcomes(tmp_path / "none.jsonl") == {}
+
+
+def test_lab_check_refuses_an_unknown_measurement(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tiers.main(["lab-check", "--only", "calibration,nonsense"]) == 2
+    assert "no measurement named nonsense" in capsys.readouterr().err
+    assert tiers.main(["lab-check", "--list"]) == 0
+    listed = capsys.readouterr().out
+    for m in tiers.measurements():
+        assert m.name in listed and m.results.endswith("/results.json")
