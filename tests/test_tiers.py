@@ -27,16 +27,51 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
     phases = {p.name: p for p in tiers.test_phases([])}
     exprs = {name: p.argv[p.argv.index("-m") + 1] for name, p in phases.items()
              if "-m" in p.argv}
-    assert set(exprs) == {"parallel", "lab"}
+    assert set(exprs) == {"units", "lab", "control-plane"}
     for marks in _marker_sets():
         chosen = [name for name, e in exprs.items() if _selected(e, marks)]
         if "measure" in marks:
             assert chosen == [], (marks, chosen)  # make lab-check's only
+            continue
+        assert len(chosen) == 1, (marks, chosen)
+        if "lab" in marks:
+            # a lab test runs beside others only when it says it times nothing tightly
+            assert chosen == ["control-plane" if "concurrent" in marks else "lab"], marks
+        elif "k8s" in marks or "concurrent" in marks:
+            assert chosen == ["control-plane"], marks
         else:
-            assert len(chosen) == 1, (marks, chosen)
-            # a lab test runs beside others only when it says it times nothing
-            if "lab" in marks:
-                assert chosen == ["parallel" if "concurrent" in marks else "lab"], marks
+            assert chosen == ["units"], marks  # no real component
+
+
+def test_only_the_control_plane_phase_runs_beside_another_and_niced() -> None:
+    names = [(p.name, p.beside) for p in tiers.test_phases([])]
+    k = names.index(("control-plane", True))
+    assert names[k - 1] == ("lab", False)  # beside the lab phase
+    assert [n for n, beside in names if beside] == ["control-plane"]
+    argv = tiers.test_phases([])[k].argv
+    assert argv[:3] == ("nice", "-n", str(tiers.BESIDE_NICE)) and tiers.BESIDE_NICE > 0
+
+
+def test_a_phase_beside_another_runs_at_the_same_time_and_its_failure_counts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The first phase waits for a file that only the phase beside it writes: the run ends
+    only if both ran at once (no clock involved). The beside phase's exit code is the run's,
+    and its output, kept to a log, is printed."""
+    flag = tmp_path / "beside-started"
+    first = ("sh", "-c", f"n=0; while [ ! -e {flag} ]; do n=$((n+1)); "
+             f"[ $n -gt 600 ] && exit 9; sleep 0.1; done; echo first-done")
+    second = ("sh", "-c", f"echo beside-said-this; touch {flag}; exit 3")
+    monkeypatch.setattr(tiers, "OUT", tmp_path / "times")
+    monkeypatch.setattr(tiers, "test_phases", lambda extra: [
+        tiers.Phase("first", first), tiers.Phase("second", second, beside=True)])
+    assert tiers.run_tests(None, []) == 3
+    out = capsys.readouterr().out
+    assert "first-done" in out and "beside-said-this" in out, out
+    assert "second (beside)" in out and "FAILED (exit 3)" in out, out
+    summary = json.loads((tmp_path / "times" / "summary.json").read_text())
+    assert [(p["name"], p["exit"]) for p in summary["phases"]] == [
+        ("first", 0), ("second (beside)", 3)]
 
 
 def _lines(path: Path, *recs: tuple[str, str, float, str]) -> Path:

@@ -4,12 +4,19 @@
     python tests/tiers.py lab-check [--only NAME[,NAME...]] [--list]
 
 ``test`` (what ``make test`` and CI run) is the mechanisms: lint, types, the MSTL baseline's
-tests in their own venv, then the suites that measure nothing on 3 pytest-xdist workers (the
-unit suites, the control-plane suites, and the lab tests marked ``concurrent``: they read
-real components but time nothing), then the lab suites that do time something, one at a
-time with the machine to themselves. Every phase always runs; the exit code is the first
-failure's (pytest's 5, "nothing selected", is not one). At the end it prints each phase's
-time and the slowest test files, and writes them to ``.test-times/summary.json``.
+tests in their own venv, then the unit suites (no real component) on 3 pytest-xdist workers
+with the machine to themselves, then two phases at once:
+
+* ``lab``: the lab suites that time something (a latency, a rate, a deadline), one at a time;
+* ``control-plane``, beside it on 2 workers at a lower CPU priority (``nice``): the
+  control-plane suites and the lab tests marked ``concurrent`` (real components, nothing
+  timed tightly). Both mostly wait on the wall clock, so the lab phase keeps the CPU when it
+  wants it; this phase's output goes to ``.test-times/control-plane.log`` and is printed when
+  both have ended.
+
+Every phase always runs; the exit code is the first failure's (pytest's 5, "nothing
+selected", is not one). At the end it prints each phase's time and the slowest test files,
+and writes them to ``.test-times/summary.json``.
 
 ``lab-check`` (``make lab-check``) is the measurements: each one writes ``results.json`` beside
 its experiment (figures, targets, commit, date, cores) and fails when a target is missed.
@@ -35,6 +42,11 @@ MSTL_TESTS = "tests/test_predictor_mstl.py"
 OUT = REPO / ".test-times"
 #: how many of the slowest files the summary lists
 SLOWEST = 25
+#: the niceness of a phase run beside another: the lab phase keeps the CPU when it wants it
+BESIDE_NICE = 10
+#: numpy's BLAS threads per pytest process: 3 workers on 2 cores, more would oversubscribe
+SINGLE_THREADED = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                                     "MKL_NUM_THREADS")}
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,9 @@ class Phase:
     argv: tuple[str, ...]
     #: a pytest run: its per-test times are recorded, and exit 5 (nothing selected) is fine
     pytest: bool = False
+    #: runs at the same time as the phase before it, at a lower CPU priority (``nice``), its
+    #: output kept in .test-times/<name>.log and printed when both have ended
+    beside: bool = False
 
 
 def test_phases(extra: list[str]) -> list[Phase]:
@@ -54,13 +69,18 @@ def test_phases(extra: list[str]) -> list[Phase]:
         # statsforecast needs pandas < 3; the package and the rest run on pandas 3
         Phase("mstl", (str(FORECAST_VENV / "pytest"), "-p", "no:cacheprovider", "-q",
                        MSTL_TESTS, *extra), pytest=True),
-        # nothing here times anything: 3 workers, a module's fixtures in one process
-        Phase("parallel", (*py, "-m", "not measure and (not lab or concurrent)", "-n", "3",
-                           "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra),
-              pytest=True),
+        # no real component: 3 workers on the 2 cores, BLAS single-threaded (below)
+        Phase("units", (*py, "-m", "not measure and not (k8s or lab or concurrent)", "-n", "3",
+                        "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra), pytest=True),
         # latencies, rates and deadlines are part of what these check: one at a time
         Phase("lab", (*py, "-m", "lab and not concurrent and not measure",
                       f"--ignore={MSTL_TESTS}", *extra), pytest=True),
+        # control planes, operators and untimed lab tests: mostly waiting on the wall clock,
+        # so they run beside the lab phase, niced, a module's fixtures in one process
+        Phase("control-plane", ("nice", "-n", str(BESIDE_NICE), *py, "-m",
+                                "not measure and (k8s or concurrent) and (not lab or concurrent)",
+                                "-n", "2", "--dist", "loadfile", f"--ignore={MSTL_TESTS}",
+                                *extra), pytest=True, beside=True),
     ]
 
 
@@ -103,6 +123,32 @@ def _run(argv: tuple[str, ...] | list[str], env: dict[str, str]) -> tuple[int, f
     print(f"\n=== {' '.join(argv)}", flush=True)
     rc = subprocess.call(list(argv), cwd=REPO, env=env)
     return rc, time.monotonic() - t0
+
+
+def _fresh(path: Path) -> Path:
+    path.unlink(missing_ok=True)
+    return path
+
+
+def _start_beside(ph: Phase, env: dict[str, str],
+                  alongside: str) -> tuple[subprocess.Popen[bytes], float]:
+    log = OUT / f"{ph.name}.log"
+    print(f"\n=== {ph.name}, beside the {alongside} phase (its output: {log}, printed when "
+          f"both end)\n=== {' '.join(ph.argv)}", flush=True)
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(list(ph.argv), cwd=REPO, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT)
+    return proc, time.monotonic()
+
+
+def _finish_beside(ph: Phase, proc: subprocess.Popen[bytes], t0: float) -> tuple[int, float]:
+    rc = proc.wait()
+    secs = time.monotonic() - t0
+    print(f"\n=== {ph.name} (ran beside the phase above; {_fmt(secs).strip()}, exit {rc})",
+          flush=True)
+    sys.stdout.write((OUT / f"{ph.name}.log").read_text(errors="replace"))
+    sys.stdout.flush()
+    return rc, secs
 
 
 def _by_file(timings: Path) -> dict[str, float]:
@@ -152,19 +198,37 @@ def run_tests(since: float | None, extra: list[str]) -> int:
     rc_first = 0
     files: dict[str, tuple[str, float]] = {}
     counts = {"passed": 0, "failed": 0, "skipped": 0}
-    for ph in test_phases(extra):
-        timings = OUT / f"{ph.name}.jsonl"
-        timings.unlink(missing_ok=True)
-        env = dict(os.environ, ELASTORE_TIMINGS=str(timings))
-        rc, secs = _run(ph.argv, env)
-        ok = rc == 0 or (ph.pytest and rc == 5)
-        rows.append((ph.name, secs, 0 if ok else rc))
-        if not ok and rc_first == 0:
-            rc_first = rc
-        for f, s in _by_file(timings).items():
-            files[f] = (ph.name, s)
-        for outcome in _outcomes(timings).values():
-            counts[outcome] += 1
+    phases = test_phases(extra)
+    k = 0
+    while k < len(phases):
+        ph = phases[k]
+        beside = phases[k + 1] if k + 1 < len(phases) and phases[k + 1].beside else None
+        k += 2 if beside else 1
+        env = dict(os.environ, **SINGLE_THREADED)
+        started = None
+        if beside is not None:
+            started = _start_beside(beside, dict(env, ELASTORE_TIMINGS=str(
+                _fresh(OUT / f"{beside.name}.jsonl"))), ph.name)
+        try:
+            rc, secs = _run(ph.argv, dict(env, ELASTORE_TIMINGS=str(
+                _fresh(OUT / f"{ph.name}.jsonl"))))
+        except BaseException:  # interrupted: the phase beside it goes too
+            if started is not None:
+                started[0].terminate()
+            raise
+        results = [(ph, rc, secs)]
+        if beside is not None and started is not None:
+            results.append((beside, *_finish_beside(beside, *started)))
+        for p, rc, secs in results:
+            ok = rc == 0 or (p.pytest and rc == 5)
+            rows.append((f"{p.name} (beside)" if p.beside else p.name, secs, 0 if ok else rc))
+            if not ok and rc_first == 0:
+                rc_first = rc
+            timings = OUT / f"{p.name}.jsonl"
+            for f, s in _by_file(timings).items():
+                files[f] = (p.name, s)
+            for outcome in _outcomes(timings).values():
+                counts[outcome] += 1
     total = time.time() - (since if since is not None else began)
     print("\n=== make test: time per phase")
     for name, secs, rc in rows:
@@ -173,7 +237,7 @@ def run_tests(since: float | None, extra: list[str]) -> int:
     slow = sorted(files.items(), key=lambda kv: -kv[1][1])[:SLOWEST]
     print(f"=== the {len(slow)} slowest test files (setup + tests + teardown)")
     for f, (ph_name, s) in slow:
-        print(f"  {_fmt(s)}  {ph_name:<9} {f}")
+        print(f"  {_fmt(s)}  {ph_name:<13} {f}")
     (OUT / "summary.json").write_text(json.dumps({
         "phases": [{"name": n, "seconds": round(s, 1), "exit": rc} for n, s, rc in rows],
         "total_seconds": round(total, 1), "cores": os.cpu_count(),
