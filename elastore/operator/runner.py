@@ -35,34 +35,13 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from elastore.actuators import swiftring
-from elastore.actuators.ports import (
-    MANAGED_LABEL,
-    SWIFT_RINGS_LABEL,
-    ClusterPort,
-    DatacenterFacts,
-    DatacenterPort,
-    DriftError,
-    StatefulSetFacts,
-    SwiftPort,
-)
-from elastore.actuators.swiftring import Misplaced
+from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, StatefulSetFacts
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
-from elastore.operator import (
-    bandwidth,
-    calibration,
-    control,
-    controls,
-    dcoperation,
-    operation,
-    swiftoperation,
-    swiftpods,
-)
+from elastore.operator import bandwidth, calibration, control, controls, operation
 from elastore.operator import interference as hubbub
 from elastore.operator.metrics import (
     MetricsSource,
@@ -71,13 +50,16 @@ from elastore.operator.metrics import (
     Snapshot,
     resolve_credentials,
 )
-from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runtime import DEFAULT_NODETOOLS
-from elastore.operator.spec import DATACENTER, PolicySpec, SpecError, parse
+from elastore.operator.spec import PolicySpec, SpecError, parse
 from elastore.operator.status import PolicyStore, condition, iso, set_condition
 from elastore.operator.telemetry import OperatorMetrics
-from elastore.planner import behavior
+from elastore.planner import admission, behavior
 from elastore.planner.types import Operation
+from elastore.stores import entry, steps
+from elastore.stores.base import Allowed, StoreCall, StoreDriver, Target
+from elastore.stores.registry import driver_class, served
+from elastore.stores.steps import scaling as _scaling
 
 log = logging.getLogger("elastore.operator")
 
@@ -85,7 +67,6 @@ POLL_S = 5.0  # while an operation runs
 #: an annotation on a policy: stop the operation in progress safely and start no other
 ABORT_ANNOTATION = "elastore.io/abort"
 RETRY_S = 30.0  # after a failed observation, at most this long until the next try
-MAX_PARALLEL_EXECS = 8  # nodetool calls in flight at once (one per pod): throttles, repair reads
 
 Conditions = list[dict[str, Any]]
 
@@ -118,8 +99,9 @@ class _Tick:
     out: dict[str, Any] = field(default_factory=dict)  # the status patch
     spec: PolicySpec | None = None
     sts: StatefulSetFacts | None = None
-    #: a CassandraDatacenter target as read (``sts`` is then its sizes, for the shared parts)
-    dc: DatacenterFacts | None = None
+    #: the target as its store's driver read it (``sts`` is its sizes)
+    target: Target | None = None
+    driver: StoreDriver | None = None
     memory: control.Memory = field(default_factory=control.Memory)
     evidence: bool = False  # the last observation succeeded
     blocked: tuple[str, str] | None = None  # (reason, message): Enforce may not touch it
@@ -136,18 +118,17 @@ class _Tick:
     interference_index: float = 0.0
     #: consecutive failed observations, as the status had them (updated by the period)
     fallback: controls.Fallback = field(default_factory=controls.Fallback)
+    #: MetricsPartial as judged this tick (False: not judged yet)
+    partial: tuple[str, str] | Literal[False] | None = False
 
     def pods(self) -> list[str]:
         """The target's pods now: ordinals up to the larger of its replicas and the
         operation's ``toReplicas`` (the operation as this tick leaves it)."""
-        assert self.spec is not None and self.sts is not None
-        if self.dc is not None:  # cass-operator's pods, as its StatefulSets have them
-            return list(self.dc.pods)
+        assert self.spec is not None and self.driver is not None and self.target is not None
         op = self.out["operation"] if "operation" in self.out else \
             self.status.get("operation")
         to = op.get("toReplicas") if isinstance(op, dict) else None
-        return bandwidth.pod_names(self.spec.target.name, self.sts.spec_replicas,
-                                   to if isinstance(to, int) else None)
+        return self.driver.pods(self.spec, self.target, to if isinstance(to, int) else None)
 
     @property
     def last_decision(self) -> dict[str, Any]:
@@ -155,10 +136,6 @@ class _Tick:
 
     def cond(self, ctype: str, status: bool, reason: str, message: str) -> None:
         self.conds = set_condition(self.conds, ctype, status, reason, message, self.now)
-
-
-def _scaling(kind: str) -> str:
-    return "ScalingUp" if kind == "ScaleOut" else "ScalingDown"
 
 
 @dataclass
@@ -176,15 +153,6 @@ class Runner:
     #: the prefixes a Swift policy's commands in its pods may go through
     #: (``elastore operator run --exec-prefix``; the empty one: none)
     exec_prefixes: tuple[tuple[str, ...], ...] = ((),)
-    #: pod -> (its identity, the stream throttle it got, MiB/s as applied): this process's
-    #: own record, never the status, so a restarted operator sets every pod again
-    _throttled: dict[str, tuple[str, float]] = field(default_factory=dict, init=False,
-                                                     repr=False)
-    #: pod -> (its identity, the throttle that failed on it): retried the next period
-    _throttle_failed: dict[str, tuple[str, float]] = field(default_factory=dict, init=False,
-                                                           repr=False)
-    #: the stream throttle this process decided last (MiB/s, as asked)
-    _stream_mibps: float | None = field(default=None, init=False, repr=False)
     #: whether the size there is misses the SLO at the last period's forecast (None: not
     #: judged yet, or the model could not say)
     _slo_risk: bool | None = field(default=None, init=False, repr=False)
@@ -195,9 +163,9 @@ class Runner:
                                                            repr=False)
     _planning: tuple[Any, Any, ModelSet] | None = field(default=None, init=False, repr=False)
     _cal_prior: tuple[Any, Any, Any] | None = field(default=None, init=False, repr=False)
-    #: a Swift target's object partitions -> bytes of a replica, from the last look at its
-    #: pods (what a ring change moves is estimated from it)
-    _swift_sizes: dict[int, int] = field(default_factory=dict, init=False, repr=False)
+    #: the policy's store driver, by driver name (one per policy: what it remembers, the
+    #: pods it throttled, is this policy's)
+    _drivers: dict[str, StoreDriver] = field(default_factory=dict, init=False, repr=False)
 
     # ------------------------------------------------------------------------------------------
     def tick(self) -> float:
@@ -267,7 +235,8 @@ class Runner:
         # before it streams, and gets the throttle then. Any other step comes after them: a
         # scale-in's decommission streams at once, at the throttle in force.
         started = running
-        if running and t.operation is not None and t.operation.phase == "CleaningUp" and \
+        assert t.driver is not None
+        if running and t.operation is not None and t.driver.supersedable(t.operation) and \
                 self._scale_out_due(t):
             # cleanup takes hours on large nodes and must not hold a resize (cass-operator
             # #496): a further scale-out supersedes it, and its own cleanup covers every old
@@ -276,7 +245,7 @@ class Runner:
             self._start_step(t)
             now_op = t.out.get("operation") or {}
             if now_op.get("pod") != old.pod:
-                self._cleanup_restore(t, old)
+                t.driver.stopped(self._call(t), old)
                 self.policies.event(t.body, "CleanupSuperseded",
                                     f"the cleanup after {old.pod} joined ({old.message}) gives "
                                     f"way to the next scale-out, whose cleanup covers every "
@@ -299,41 +268,44 @@ class Runner:
             t.spec = parse(t.body.get("spec"))
         except SpecError as exc:
             return 60.0, ("InvalidSpec", str(exc))
-        if t.spec.target.store == "swift":
-            refused = self._swift_port_refusal(t.spec)
-            if refused is not None:
-                return 60.0, refused
-        elif t.spec.enforce and tuple(t.spec.target.nodetool) not in self.nodetools:
-            allowed = "; ".join(" ".join(c) for c in self.nodetools)
-            return 60.0, ("NodetoolNotAllowed", f"spec.target.nodetool "
-                          f"{list(t.spec.target.nodetool)} is not one of the commands this "
-                          f"operator runs ({allowed}; `elastore operator run --nodetool`, "
-                          "the chart's nodetool.allowed): nothing is done")
-        if t.spec.target.kind == DATACENTER:
-            if not isinstance(self.kube, DatacenterPort):
-                return 60.0, ("TargetNotSupported", "this operator's cluster port cannot read "
-                                                    "CassandraDatacenters")
-            t.dc = self.kube.datacenter(self.namespace, t.spec.target.name)
-            if t.dc is None:
-                msg = (f"CassandraDatacenter {self.namespace}/{t.spec.target.name} not found "
-                       "(is cass-operator's CRD installed?)")
-                return min(t.spec.control_period_s, RETRY_S), ("TargetNotFound", msg)
-            d = t.dc
-            t.sts = StatefulSetFacts(d.name, d.size, d.ready_pods, len(d.pods), None,
-                                     d.volume_bytes, d.managed, d.owner)
-            up, down = dcoperation.step_sizes(d.size, len(d.racks))
-            t.out["datacenter"] = {"racks": list(d.racks), "size": d.size,
-                                   "readyPods": d.ready_pods, "stepUp": up, "stepDown": down,
-                                   "cassOperator": dcoperation.busy(d) or "Ready"}
-        else:
-            t.sts = self.kube.statefulset(self.namespace, t.spec.target.name)
-        if t.sts is None:
-            msg = f"StatefulSet {self.namespace}/{t.spec.target.name} not found"
-            return min(t.spec.control_period_s, RETRY_S), ("TargetNotFound", msg)
-        self._current(t, t.sts)
-        if t.spec.enforce:
+        spec = t.spec
+        store = entry(spec.target.store, spec.target.kind)
+        if store is None:  # the parse refuses these: a second line of defence
+            return 60.0, ("TargetNotSupported", f"no store driver serves store "
+                          f"{spec.target.store!r} as {spec.target.kind}; these are served: "
+                          f"{served()}")
+        driver = self._drivers.get(store.name)
+        if driver is None:
+            self._drivers.clear()  # a policy whose target changed store forgets the old one
+            driver = self._drivers[store.name] = driver_class(store)()
+        t.driver = driver
+        refused = driver.refused(spec, self.kube, Allowed(self.nodetools, self.exec_prefixes))
+        if refused is not None:
+            return 60.0, refused
+        t.target = driver.read(self.kube, self.namespace, spec)
+        if t.target is None:
+            return min(spec.control_period_s, RETRY_S), (
+                "TargetNotFound", driver.missing(self.namespace, spec))
+        t.out.update(t.target.status)
+        self._current(t, t.target.sizes)
+        if spec.enforce:
             self._guard(t)
         return None
+
+    def _call(self, t: _Tick) -> StoreCall:
+        """What the driver gets this tick: plain data and four narrow seams."""
+        assert t.spec is not None and t.target is not None
+
+        def save(op: operation.OperationState | None) -> None:
+            self.policies.patch_status(self.namespace, self.name,
+                                       {"operation": None if op is None else op.to_status()})
+
+        return StoreCall(
+            self.namespace, self.name, t.spec, self.kube, t.target, t.status, t.now,
+            self.clock, lambda reason, msg, warning: self.policies.event(
+                t.body, reason, msg, warning=warning),
+            t.cond, save, t.out, decided_mibps=t.stream_mibps, slo_at_risk=self._slo_risk,
+            ring_checked=t.ring_checked)
 
     def _guard(self, t: _Tick) -> None:
         """Whether Enforce may touch the target at all: it opted in, nothing else owns or
@@ -349,9 +321,8 @@ class Runner:
             t.blocked = ("OwnedByController", f"{ref} is controlled by {sts.owner}: scaling "
                                               "it would fight its owner; scale the owner")
         else:
-            others = self.kube.datacenter_contenders(self.namespace, sts.name, self.name) \
-                if isinstance(self.kube, DatacenterPort) and t.dc is not None else \
-                self.kube.contenders(self.namespace, sts.name, self.name)
+            assert t.driver is not None and t.target is not None
+            others = t.driver.contenders(self.kube, self.namespace, t.target, self.name)
             if others:
                 t.blocked = ("TargetContended", f"{ref} is also scaled by "
                                                 f"{', '.join(others)}: one scaler per target")
@@ -366,40 +337,6 @@ class Runner:
         if was.get("reason") != reason or was.get("status") != "True":
             self.policies.event(t.body, reason, message, warning=True)
         t.cond("Conflict", True, reason, message)
-
-    def _reject(self, t: _Tick, op: operation.OperationState, why: str
-                ) -> tuple[operation.OperationState, bool]:
-        """The operation in the status claims what the store does not bear out: the
-        ``Conflict`` condition (``StatusRejected``, an Event when new), no effect; the
-        status keeps the operation as it was (a human aborts it, or the store catches up)."""
-        t.blocked = ("StatusRejected", f"the operation in the status is not borne out by the "
-                                       f"cluster: {why}; touching nothing")
-        self._conflict(t)
-        t.cond(_scaling(op.kind), True, "Blocked",
-               f"{op.kind} {op.from_replicas} -> {op.to_replicas} held: {t.blocked[1]}")
-        t.out["operation"] = op.to_status()
-        return op, False
-
-    def _mark_pvc(self, t: _Tick, op: operation.OperationState) -> None:
-        """The evidence a later PVC deletion trusts: this operation saw the PVC's node (or
-        its data) leave; the mark names the operation and the PVC's UID."""
-        if not op.pvc or op.id is None:
-            return
-        got = self.kube.pvc_mark(self.namespace, op.pvc)
-        if got is not None:
-            self.kube.mark_pvc(self.namespace, op.pvc,
-                               operation.pvc_mark(self.name, iso(t.now), op.id, got[0]))
-
-    def _pvc_facts(self, op: operation.OperationState) -> tuple[bool | None, bool]:
-        """In a scale-in's Cleanup: whether its PVC exists, and whether it carries this
-        operation's own mark on this very PVC."""
-        if not op.pvc or op.phase != "Cleanup":
-            return None, False
-        got = self.kube.pvc_mark(self.namespace, op.pvc)
-        if got is None:
-            return False, False
-        uid, value = got
-        return True, operation.mark_honoured(value, op.id, uid)
 
     def _current(self, t: _Tick, sts: StatefulSetFacts) -> None:
         t.sts = sts
@@ -442,13 +379,11 @@ class Runner:
         if why is not None:
             self._abort(t, op, why)
             return False
+        assert t.driver is not None
         if t.blocked is None:
             floor = max(t.spec.min_replicas, t.spec.target.replication_factor)
             try:
-                if t.dc is not None:
-                    dcoperation.check_identity(op, t.spec.target.name, len(t.dc.racks), floor)
-                else:
-                    operation.check_identity(op, t.spec.target.name, t.sts.pvc_template, floor)
+                t.driver.check_identity(op, self._call(t), floor)
             except ElastoreError as exc:
                 t.blocked = ("StatusRejected", f"the operation in the status is not this "
                                                f"policy's own: {exc}; touching nothing")
@@ -459,13 +394,18 @@ class Runner:
             return True
         if op.id is None:  # begun by an operator that gave none: one now, kept in the status
             op = replace(op, id=operation.new_id())
-        new, done = self._advance_dc(t, op) if t.dc is not None else self._advance(t, op)
-        t.operation = None if done else new
-        if not done:
+        got = steps.advance(t.driver, self._call(t), op)
+        if got.blocked is not None:
+            t.blocked = got.blocked
+            self._conflict(t)
+        t.operation = None if got.done else got.operation
+        if not got.done:
             return True
-        if t.dc is None:
-            sts = self.kube.statefulset(self.namespace, t.spec.target.name)
-            self._current(t, sts or t.sts)
+        again = t.driver.read(self.kube, self.namespace, t.spec)  # the size it left
+        if again is not None:
+            t.target = again
+            t.out.update(again.status)
+        self._current(t, t.target.sizes if t.target is not None else t.sts)
         return False
 
     def _aborting(self, t: _Tick) -> str | None:
@@ -481,31 +421,8 @@ class Runner:
         """Stop following an operation, safely: nothing more is issued. A node that is
         joining finishes by itself; a decommission is never re-issued (a node already
         LEAVING finishes leaving in Cassandra, and its pod stays)."""
-        if t.dc is not None:
-            left = (f"spec.size stays {t.dc.size}: cass-operator carries on with it; set it "
-                    "back by hand if that is not wanted")
-        elif op.kind == "ScaleOut" and t.spec is not None and t.spec.target.store == "swift":
-            left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
-                    f"{op.pod}'s device stays in the rings if it was added (the replicators "
-                    "finish moving its share)")
-        elif op.kind == "ScaleOut" and op.cleanup_ordinal is not None:
-            left = (f"{op.pod} had joined; the old nodes from {op.cleanup_pod()} on may keep "
-                    "data they no longer own (a cleanup already running there finishes): run "
-                    "nodetool cleanup on them before any scale-in")
-            self._cleanup_restore(t, op)
-        elif op.kind == "ScaleOut":
-            left = (f"the StatefulSet stays at {t.sts.spec_replicas if t.sts else '?'}; "
-                    f"{op.pod} finishes joining by itself")
-        elif op.phase in ("Draining", "Removing"):
-            left = (f"{op.pod}'s device keeps the weight it has in the rings (0 once drained: "
-                    "swift-ring-builder set_weight restores it) and its pod stays")
-        elif op.phase in ("Decommissioning", "Stuck") and op.decommission_issued_s is None:
-            left = f"{op.pod} was never decommissioned"
-        elif op.phase in ("Decommissioning", "Stuck"):
-            left = (f"the decommission of {op.pod} is not re-issued; if its node is LEAVING "
-                    "Cassandra finishes it, and its pod stays until you lower the replicas")
-        else:
-            left = f"{op.pod} had left the ring; lower the replicas to {op.to_replicas} by hand"
+        assert t.driver is not None
+        left = t.driver.abort_left(self._call(t), op)
         msg = f"{op.kind} {op.from_replicas} -> {op.to_replicas} ({op.phase}) stopped: {why}; " \
               f"{left}"
         self.policies.event(t.body, "OperationAborted", msg, warning=True)
@@ -518,7 +435,13 @@ class Runner:
         """``MetricsPartial`` when the last observation came from fewer nodes than were
         ready: the missing nodes' load is absent from the sum, which reads as low load. The
         policy keeps forecasting (an underestimate never wrongly adds a node) but no
-        scale-in starts until every node reports."""
+        scale-in starts until every node reports. Judged once a tick (its Event once)."""
+        if t.partial is not False:
+            return t.partial
+        t.partial = self._partial_now(t)
+        return t.partial
+
+    def _partial_now(self, t: _Tick) -> tuple[str, str] | None:
         seen = t.out.get("observed") or t.status.get("observed") or {}
         nodes, ready = seen.get("nodes"), seen.get("readyReplicas")
         if nodes is None or ready is None or int(nodes) >= int(ready):
@@ -633,8 +556,11 @@ class Runner:
                                                           control.path_steps(spec),
                                                           spec.calibration_steps),
                                spec.prediction_step_s)
-        if spec.target.store == "swift" and not math.isfinite(snap.data_bytes):
-            snap = replace(snap, data_bytes=self._swift_disk_bytes(spec, replicas))
+        if not math.isfinite(snap.data_bytes) and t is not None and t.driver is not None:
+            # a store whose exporters lack the bytes: read from the store (never 0)
+            held = t.driver.data_bytes(self.kube, self.namespace, spec, replicas)
+            if held is not None:
+                snap = replace(snap, data_bytes=held)
         reading = hubbub.read(spec, lambda: source.scalar("interference", now))
         models = self.models(spec)
         learner = hubbub.learner_from_status(status)
@@ -884,96 +810,11 @@ class Runner:
             t.out["bandwidth"] = new
 
     def _throttle(self, t: _Tick) -> None:
-        """The stream throttle in force, on every ready pod of the target that has not got
-        it from this process (Enforce mode, Cassandra): after a change of rate, on a new or
-        restarted pod, and on every pod after the operator restarted. One call per pod: a
-        pod whose call fails is retried the next period; the others keep theirs. Every
-        pod's identity is read once a period (a restart is seen then); between periods
-        (every few seconds while an operation runs) only the pods without the rate."""
-        from elastore.actuators.nodetool import stream_setting
-
-        spec, sts = t.spec, t.sts
-        assert spec is not None and sts is not None
-        if not spec.enforce or spec.target.store != "cassandra" or t.blocked is not None:
+        """The store's migration throttle in force on its pods (Enforce mode, not while
+        another party's change blocks the policy): :meth:`StoreDriver.keep_throttles`."""
+        if t.spec is None or t.driver is None or t.target is None or t.blocked is not None:
             return
-        rate = t.stream_mibps if t.stream_mibps is not None else self._stream_mibps
-        if rate is None:  # a restarted operator: the rate its predecessor set, within bounds
-            prev = t.status.get("migrationMiBps")
-            if not isinstance(prev, int | float) or isinstance(prev, bool):
-                return
-            rate = float(prev)
-        rate = min(max(rate, spec.min_migration_mibps), spec.max_migration_mibps)
-        self._stream_mibps = rate
-        _, applied = stream_setting(rate)
-        t.out["migrationMiBps"] = applied
-        pods = t.pods()
-        for gone in set(self._throttled) - set(pods):
-            del self._throttled[gone]
-        for gone in set(self._throttle_failed) - set(pods):
-            del self._throttle_failed[gone]
-        done: list[str] = []
-        failed: list[str] = []
-        waiting: list[str] = []
-        todo: list[tuple[str, str]] = []  # (pod, its identity)
-        for pod in pods:
-            if not t.period:  # between periods only the pods without this rate are read
-                if self._throttled.get(pod, ("", -1.0))[1] == applied:
-                    continue
-                if self._throttle_failed.get(pod, ("", -1.0))[1] == applied:
-                    failed.append(pod)  # retried the next period
-                    continue
-            try:
-                ident = self.kube.pod_identity(self.namespace, pod, spec.target.container)
-            except ElastoreError as exc:
-                log.warning("%s/%s: %s", self.namespace, self.name, exc)
-                ident = None
-            if ident is None:  # absent, not running or not ready: set once it is
-                waiting.append(pod)
-                continue
-            if self._throttled.get(pod) != (ident, applied):
-                todo.append((pod, ident))
-        for (pod, ident), err in zip(todo, self._set_throttles(spec, [p for p, _ in todo], rate),
-                                     strict=True):
-            if err is not None:
-                self._throttle_failed[pod] = (ident, applied)
-                failed.append(pod)
-                self.policies.event(t.body, "ThrottleFailed", err, warning=True)
-                continue
-            self._throttle_failed.pop(pod, None)
-            self._throttled[pod] = (ident, applied)
-            done.append(pod)
-        if done:
-            self.policies.event(t.body, "Throttle", f"stream throughput {applied:.3f} MiB/s on "
-                                                    f"{', '.join(done)}")
-        if failed:
-            t.cond("Throttling", False, "ThrottleFailed",
-                   f"setstreamthroughput {applied:.3f} MiB/s failed on {', '.join(failed)} "
-                   "(retried the next period); the Event ThrottleFailed says why")
-            return
-        ready = len(pods) - len(waiting)
-        msg = f"migration at {applied:.3f} MiB/s per node on {ready} of {len(pods)} pod(s)"
-        if waiting:
-            msg += f"; {', '.join(waiting)} not ready: set once ready"
-        t.cond("Throttling", applied < spec.max_migration_mibps, "Throttle", msg)
-
-    def _set_throttles(self, spec: PolicySpec, pods: list[str], rate: float
-                       ) -> list[str | None]:
-        """One ``setstreamthroughput`` per pod, all at once: each is an exec that starts a
-        JVM (seconds each on a busy node), and one after another they held a tick for 20 s
-        and a planned scale-out waited behind them. Per pod: None, or why it failed."""
-        def one(pod: str) -> str | None:
-            try:
-                self.kube.set_stream_throughput(self.namespace, [pod], spec.target.container,
-                                                spec.target.nodetool, rate)
-            except ElastoreError as exc:
-                return str(exc)
-            return None
-
-        if len(pods) <= 1:
-            return [one(p) for p in pods]
-        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_EXECS, len(pods)),
-                                thread_name_prefix="throttle") as pool:
-            return list(pool.map(one, pods))
+        t.driver.keep_throttles(self._call(t), t.period)
 
     # -- 4. the next node step -----------------------------------------------------------------
     def _scale_out_due(self, t: _Tick) -> bool:
@@ -1005,25 +846,20 @@ class Runner:
                     t.cond(ctype, False, "NoEvidence", "the last observation failed: no "
                                                        "action")
                 return False
+        assert t.driver is not None
         step_to: int | None = None
-        if t.dc is not None and target != sts.spec_replicas:
-            # rack-balanced steps: up to the next multiple of the racks as soon as the plan
-            # wants more; down only once the plan wants the next multiple below (or less)
-            up, down = dcoperation.step_sizes(sts.spec_replicas, len(t.dc.racks))
-            held = None if named is not None else dcoperation.step_down_held(
-                target, sts.spec_replicas, down, t.memory.recent_desired, t.now,
-                spec.stabilization_s)
-            if target > sts.spec_replicas:
-                step_to = up
-            elif held is None:
-                step_to = down
-            else:
+        if target != sts.spec_replicas:
+            # where the step goes: one node, or the store's own step (cass-operator's
+            # rack-balanced sizes), or not yet
+            got = t.driver.step_to(self._call(t), target, named is not None,
+                                   t.memory.recent_desired)
+            if isinstance(got, tuple):
                 t.cond("ScalingUp", False, "Idle", "no change under way")
-                t.cond("ScalingDown", False, "RackStep", f"{held} ({len(t.dc.racks)} "
-                                                          "rack(s))")
+                t.cond("ScalingDown", False, *got)
                 t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode "
                                                f"{spec.mode}")
                 return False
+            step_to = got
         if target == sts.spec_replicas:
             for ctype in ("ScalingUp", "ScalingDown"):
                 t.cond(ctype, False, "Idle", "no change under way")
@@ -1032,86 +868,28 @@ class Runner:
         kind: Literal["ScaleOut", "ScaleIn"] = "ScaleOut" if target > sts.spec_replicas \
             else "ScaleIn"
         ctype = _scaling(kind)
-        wants = "paused-replicas asks for" if named is not None else "the plan wants"
-        limited = None if named is not None else self._behavior_limit(t, target, now)
-        if not spec.enforce:
-            step = "" if step_to is None else \
-                f"; the rack-balanced step is {sts.spec_replicas} -> {step_to}"
-            t.cond(ctype, False, "Recommend", f"{wants} {target} replicas now{step} "
-                                              "(mode Recommend: nothing is changed)")
-        elif t.pause.on and named is None:
-            t.cond(ctype, False, "Paused", f"the plan wants {target} replicas now; "
-                                           f"{t.pause.message}")
-        elif not t.evidence and named is None and not (fallback and kind == "ScaleOut"):
-            t.cond(ctype, False, "NoEvidence", "the last observation failed: no action")
-        elif limited is not None:
-            t.cond(ctype, False, "BehaviorLimit", limited)
-        elif t.blocked is not None:
-            t.cond(ctype, False, t.blocked[0], t.blocked[1])
-        elif (why := self._aborting(t)) is not None:
-            t.cond(ctype, False, "Aborted", f"no step starts: {why}")
-        elif kind == "ScaleIn" and named is None and (partial := self._partial(t)) is not None:
-            t.cond(ctype, False, *partial)
-        elif kind == "ScaleIn" and named is None and \
-                (learning := self._learning_gate(t)) is not None:
-            t.cond(ctype, False, "ModelLearning", learning)
-        elif t.dc is not None and (busy := dcoperation.busy(t.dc)) is not None:
-            t.cond(ctype, False, "DatacenterBusy", f"the plan wants {step_to} replicas; no "
-                                                   f"step while {busy}")
-        elif (repair := self._repair_hold(t, kind)) is not None:
-            t.cond(ctype, False, "RepairRunning", repair)
-        elif (refused := self._refuse(spec, sts, kind, step_to,
-                                      t.dc.pods[0] if t.dc and t.dc.pods else "")) is not None:
+        user = named is not None
+        intent = admission.Intent(kind, target, sts.spec_replicas, user, step_to)
+        held = admission.admit(intent, admission.Facts(
+            enforce=spec.enforce, paused=t.pause.on, pause_message=t.pause.message,
+            evidence=t.evidence, fallback_scale_out=fallback,
+            behavior_limit=None if user else self._behavior_limit(t, target, now),
+            conflict=t.blocked, aborting=self._aborting(t),
+            partial_metrics=self._partial(t) if kind == "ScaleIn" and not user else None,
+            learning=self._learning_gate(t) if kind == "ScaleIn" and not user else None))
+        if held is not None:
+            t.cond(ctype, False, held.reason, held.message)
+        elif (store_held := t.driver.holds(self._call(t), kind, step_to)) is not None:
+            t.cond(ctype, False, *store_held)
+        elif (refused := t.driver.refusal(self._call(t), kind, step_to)) is not None:
             t.cond(ctype, False, "Refused", refused)
             self.policies.event(t.body, f"{kind}Refused", refused, warning=True)
         else:
             t.ring_checked = kind == "ScaleIn"
-            if t.dc is not None and step_to is not None:
-                self._begin_dc(t, kind, step_to)
-            else:
-                self._begin(t, kind)
+            self._begin(t, kind, step_to)
             return True
         t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
         return False
-
-    def _repair_hold(self, t: _Tick, kind: str) -> str | None:
-        """Why no topology change starts now: a repair running on a node (it stalls or fails
-        with one: cassandra-reaper #1367, #1220), unless the forecast puts the SLO at risk
-        at the size there is (then it starts, said in a RepairOverridden Event). A node whose
-        repairs cannot be read holds it too: unknown is not "none"."""
-        spec = t.spec
-        assert spec is not None
-        if not spec.hold_for_repairs or spec.target.store != "cassandra":
-            return None
-        pods = [pod for pod in (list(t.dc.pods) if t.dc is not None else t.pods())
-                # not running: nothing to ask (a decommission checks the ring)
-                if t.dc is not None or self.kube.pod(self.namespace, pod)[1]]
-
-        def ask(pod: str) -> str | None:
-            try:
-                return self.kube.repair_running(self.namespace, pod, spec.target.container,
-                                                spec.target.nodetool)
-            except ElastoreError as exc:
-                return f"its repairs could not be read ({str(exc)[:200]})"
-
-        # every node at once: each read is a nodetool run (a JVM start, seconds on a busy
-        # node), and one after another they delayed a step past its planned time (20 s
-        # for 3 nodes in the lab)
-        with ThreadPoolExecutor(max_workers=max(1, min(len(pods), MAX_PARALLEL_EXECS))) as pool:
-            answers = list(pool.map(ask, pods))
-        seen = [f"{pod}: {said}" for pod, said in zip(pods, answers, strict=True)
-                if said is not None]
-        if not seen:
-            return None
-        what = "; ".join(seen)
-        if kind == "ScaleOut" and self._slo_risk:
-            self.policies.event(t.body, "RepairOverridden",
-                                f"a scale-out starts during a repair ({what}): the forecast "
-                                f"puts the SLO at risk at {t.sts.spec_replicas if t.sts else '?'}"
-                                " replicas", warning=True)
-            return None
-        return f"a repair is running ({what}); no topology change starts until it ends" + \
-            ("" if kind == "ScaleIn" else " or the forecast puts the SLO at risk")
 
     def _fallback_scale_out(self, t: _Tick) -> bool:
         """Whether the fallback lets the last plan's scale-outs start (no evidence now)."""
@@ -1162,32 +940,28 @@ class Runner:
                     "below the threshold: only scale-out until it is confident (status.model)")
         return None
 
-    def _begin(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"]) -> None:
-        spec, sts = t.spec, t.sts
-        assert spec is not None and sts is not None
-        data = (t.status.get("observed") or {}).get("dataBytes")
-        rate = t.out.get("migrationMiBps", t.status.get("migrationMiBps"))
-        expected = operation.expected_seconds(
-            kind, sts.spec_replicas, None if data is None else float(data),
-            float(rate) if rate is not None else spec.min_migration_mibps,
-            spec.node_overhead_s, cleanup=spec.cleanup)
-        # started when it starts: the tick may have waited on the cluster since t.now
-        new = operation.start(kind, spec.target.name, sts.spec_replicas,
-                              max(t.now, self.clock()), expected, sts.pvc_template,
-                              spec.target.store)
+    def _begin(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"], step_to: int | None
+               ) -> None:
+        """A step begins: its intent in the status first, then its first effect."""
+        spec, sts, driver = t.spec, t.sts, t.driver
+        assert spec is not None and sts is not None and driver is not None
+        begun = driver.begin(self._call(t), kind, step_to)
+        new = begun.operation
+        said = begun.said(self._why_now(t))
         t.cond(_scaling(kind), True, f"{kind}Started",
-               f"{sts.spec_replicas} -> {new.to_replicas}: {new.pod}")
+               begun.condition if begun.condition is not None else said)
         t.out["operation"] = new.to_status()
         t.out["scaleEvents"] = [list(e) for e in behavior.record(
             self._scale_events(t), new.started_s, new.to_replicas - sts.spec_replicas)]
         t.out["conditions"] = t.conds
         self.policies.patch_status(self.namespace, self.name, t.out)  # intent first
-        self.policies.event(t.body, f"{kind}Started",
-                            f"{sts.spec_replicas} -> {new.to_replicas} replicas ({new.pod}), "
-                            f"{self._why_now(t)}")
+        self.policies.event(t.body, f"{kind}Started", said)
         if self.telemetry is not None:
             self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
-        self._advance(t, new)
+        got = steps.advance(driver, self._call(t), new)
+        if got.blocked is not None:
+            t.blocked = got.blocked
+            self._conflict(t)
 
     @staticmethod
     def _why_now(t: _Tick) -> str:
@@ -1199,106 +973,6 @@ class Runner:
         src = "" if t.evidence else " (the fallback: the last plan made on evidence)"
         return f"planned at {iso(actions[0].at_s)}{src}" if actions else f"planned{src}"
 
-    def _begin_dc(self, t: _Tick, kind: Literal["ScaleOut", "ScaleIn"], to: int) -> None:
-        """A datacenter's step: the intent in the status, then ``spec.size``."""
-        spec, sts = t.spec, t.sts
-        assert spec is not None and sts is not None
-        data = (t.status.get("observed") or {}).get("dataBytes")
-        rate = t.out.get("migrationMiBps", t.status.get("migrationMiBps"))
-        expected = dcoperation.expected_step_seconds(
-            kind, sts.spec_replicas, to, None if data is None else float(data),
-            float(rate) if rate is not None else spec.min_migration_mibps,
-            spec.node_overhead_s)
-        new = dcoperation.start(kind, spec.target.name, sts.spec_replicas, to,
-                                max(t.now, self.clock()), expected)
-        msg = (f"{sts.spec_replicas} -> {to} replicas (CassandraDatacenter "
-               f"{spec.target.name}, {len(t.dc.racks) if t.dc else 1} rack(s)), "
-               f"{self._why_now(t)}; expected to take {expected:.0f} s")
-        t.cond(_scaling(kind), True, f"{kind}Started", msg)
-        t.out["operation"] = new.to_status()
-        t.out["scaleEvents"] = [list(e) for e in behavior.record(
-            self._scale_events(t), new.started_s, to - sts.spec_replicas)]
-        t.out["conditions"] = t.conds
-        self.policies.patch_status(self.namespace, self.name, t.out)  # intent first
-        self.policies.event(t.body, f"{kind}Started", msg)
-        if self.telemetry is not None:
-            self.telemetry.actions.labels(self.namespace, self.name, kind).inc()
-        self._advance_dc(t, new)
-
-    def _advance_dc(self, t: _Tick, op: operation.OperationState
-                    ) -> tuple[operation.OperationState, bool]:
-        """One step of a datacenter's resize (:mod:`elastore.operator.dcoperation`): the
-        state is written before its effect, as for a node step."""
-        spec, dc, sts = t.spec, t.dc, t.sts
-        assert spec is not None and dc is not None and sts is not None and \
-            isinstance(self.kube, DatacenterPort)
-        unfit = None
-        if op.kind == "ScaleIn" and op.phase == "Resizing" and dc.size == op.from_replicas \
-                and not t.ring_checked:
-            # read from the status: the size is lowered only on the checks a new step has
-            # (cass-operator's own conditions, the floor, the ring and the space)
-            unfit = dcoperation.busy(dc) or self._refuse_dc(
-                spec, sts, op.kind, op.to_replicas, dc.pods[0] if dc.pods else "")
-        new, effect, done = dcoperation.advance(op, dc, t.now, unfit)
-        ctype = _scaling(op.kind)
-        if effect == "reject":
-            return self._reject(t, op, new.message)
-        if effect == "stuck" or new.phase == "Stuck":
-            if effect == "stuck":
-                self.policies.event(t.body, "OperationStuck", new.message, warning=True)
-                self.policies.patch_status(self.namespace, self.name,
-                                           {"operation": new.to_status()})
-            t.cond(ctype, True, "Stuck", new.message)
-            t.out["operation"] = new.to_status()
-            return new, False
-        if effect == "conflict":
-            t.blocked = ("Drift", new.message)
-            self._conflict(t)
-            t.cond(ctype, True, "Blocked", new.message)
-            t.out["operation"] = new.to_status()
-            return new, False
-        t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
-        if new.phase != op.phase:
-            self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
-        self.policies.patch_status(self.namespace, self.name,
-                                   {"operation": None if done else new.to_status()})
-        if effect == "resize":
-            try:
-                self.kube.resize_datacenter(self.namespace, spec.target.name, new.to_replicas,
-                                            expect=op.from_replicas)
-            except DriftError as exc:
-                t.blocked = ("Drift", str(exc))
-                self._conflict(t)
-                t.out["operation"] = new.to_status()
-                return new, False
-        t.cond(ctype, not done, f"{op.kind}{new.phase}", new.message)
-        t.out["operation"] = None if done else new.to_status()
-        if done:
-            t.out["currentReplicas"] = dc.size
-        return new, done
-
-    def _decommission_refused(self, t: _Tick, op: operation.OperationState, refused: str
-                              ) -> tuple[operation.OperationState, bool]:
-        """The ring is not fit for the decommission the operation is about to issue. Never
-        issued yet: the step is given up (nothing was done). A re-issue: Stuck."""
-        kind = _scaling(op.kind)
-        if op.decommission_issued_s is None:
-            msg = f"{op.kind} {op.from_replicas} -> {op.to_replicas} given up before its " \
-                  f"decommission: {refused}"
-            self.policies.event(t.body, "ScaleInRefused", msg, warning=True)
-            self.policies.patch_status(self.namespace, self.name, {"operation": None})
-            t.cond(kind, False, "Refused", msg)
-            t.out["operation"] = None
-            return op, True
-        stuck = replace(op, phase="Stuck", updated_s=t.now,
-                        message=f"the decommission of {op.pod} is not re-issued: {refused}")
-        self.policies.event(t.body, "OperationStuck", stuck.message, warning=True)
-        self.policies.patch_status(self.namespace, self.name,
-                                   {"operation": stuck.to_status()})
-        t.cond(kind, True, "Stuck", stuck.message)
-        t.out["operation"] = stuck.to_status()
-        return stuck, False
-
     def _next_wait(self, t: _Tick) -> float:
         assert t.spec is not None
         last = t.last_decision
@@ -1307,438 +981,3 @@ class Runner:
         if nxt is not None:
             waits.append(nxt.at_s - t.now)
         return min(waits)
-
-    # -- checks and node steps -----------------------------------------------------------------
-    def _refuse(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str,
-                step_to: int | None = None, reader: str = "") -> str | None:
-        """Why a node step (or a datacenter's step to ``step_to``) may not start (None: it
-        may). A scale-in reads the ring."""
-        if spec.target.store == "swift":
-            return self._swift_refusal(spec, sts, kind)
-        if step_to is not None:
-            return self._refuse_dc(spec, sts, kind, step_to, reader)
-        if kind == "ScaleOut":
-            if sts.spec_replicas + 1 > spec.max_replicas:
-                return f"replicas.max is {spec.max_replicas}"
-            return None
-        floor = max(spec.min_replicas, spec.target.replication_factor)
-        if sts.spec_replicas - 1 < floor:
-            return (f"never below max(replicas.min, replicationFactor) = {floor} "
-                    f"(now {sts.spec_replicas})")
-        if sts.ready_replicas < sts.spec_replicas:
-            return f"only {sts.ready_replicas} of {sts.spec_replicas} pods are ready"
-        return self._ring_refusal(spec, sts, f"{spec.target.name}-{sts.spec_replicas - 1}")
-
-    def _refuse_dc(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str, to: int,
-                   reader: str) -> str | None:
-        """A datacenter's step; a scale-in's ring is read through ``reader`` (its first
-        pod), for every node the step removes."""
-        racks = f"{sts.spec_replicas} -> {to} (a rack-balanced step)"
-        if kind == "ScaleOut":
-            if to > spec.max_replicas:
-                return f"{racks} is above replicas.max {spec.max_replicas}"
-            return None
-        floor = max(spec.min_replicas, spec.target.replication_factor)
-        if to < floor:
-            return f"{racks}: never below max(replicas.min, replicationFactor) = {floor}"
-        return self._ring_refusal(spec, sts, reader, sts.spec_replicas - to)
-
-    def _ring_refusal(self, spec: PolicySpec, sts: StatefulSetFacts, pod: str,
-                      leaving: int = 1) -> str | None:
-        """The checks before every decommission, on the cluster as nodetool shows it in the
-        leaving pod (:mod:`elastore.operator.ringcheck`); unreadable is a refusal. For a
-        datacenter, read through one of its pods, for ``leaving`` nodes."""
-        if not pod:
-            return "no pod to read the ring through"
-        try:
-            ring = self.kube.ring(self.namespace, pod, spec.target.container,
-                                  spec.target.nodetool)
-        except ElastoreError as exc:
-            return f"the ring could not be read through {pod}: {exc}"
-        refused = decommission_refusal(ring, sts.volume_bytes, spec.min_free_fraction,
-                                       spec.compaction_margin, leaving)
-        return None if refused is None else f"{pod}: {refused}"
-
-    def _ring_gone(self, spec: PolicySpec, pod: str) -> bool | None:
-        """Whether another node's ring no longer lists the node of ``pod`` (its host ID as
-        its own ``nodetool info`` gives it); None if either could not be read."""
-        other = f"{spec.target.name}-0"
-        if pod == other:
-            return None
-        try:
-            me = self.kube.host_id(self.namespace, pod, spec.target.container,
-                                   spec.target.nodetool)
-            view = self.kube.ring(self.namespace, other, spec.target.container,
-                                  spec.target.nodetool)
-        except ElastoreError as exc:
-            log.warning("%s/%s: the ring could not be read to see %s gone: %s",
-                        self.namespace, self.name, pod, exc)
-            return None
-        return all(n.host_id != me for n in view.nodes)
-
-    def _advance(self, t: _Tick, op: operation.OperationState
-                 ) -> tuple[operation.OperationState, bool]:
-        """One step of the operation: observe, decide the next state (pure), write it, then
-        carry out its effect. Updates ``t.out["operation"]``."""
-        spec, sts = t.spec, t.sts
-        assert spec is not None and sts is not None
-        if spec.target.store == "swift":
-            return self._advance_swift(t, op)
-        exists, ready = self.kube.pod(self.namespace, op.pod)
-        mode = self.kube.node_mode(self.namespace, op.pod, spec.target.container,
-                                   spec.target.nodetool) if exists else None
-        pvc, marked = self._pvc_facts(op)
-        gone = self._ring_gone(spec, op.pod) if op.kind == "ScaleIn" and \
-            op.phase in ("Decommissioning", "Scaling") and \
-            sts.spec_replicas > op.to_replicas and mode == "DECOMMISSIONED" else None
-        failed = self.kube.decommission_failure(self.namespace, op.pod) if \
-            op.kind == "ScaleIn" and op.phase == "Decommissioning" and \
-            op.decommission_issued_s is not None else None
-        said, seen = self._cleanup_facts(t, op)
-        facts = operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
-                                marked, failed, said, seen, gone)
-        try:
-            new, effect, done = operation.advance(op, facts, t.now, spec.pvc_policy,
-                                                  cleanup=spec.cleanup)
-        except ElastoreError as exc:
-            t.cond(_scaling(op.kind), True, "Stuck", str(exc))
-            self.policies.event(t.body, "OperationStuck", str(exc), warning=True)
-            t.out["operation"] = op.to_status()
-            return op, False
-        if effect == "stuck" or new.phase == "Stuck":
-            if effect == "stuck":
-                self.policies.event(t.body, "OperationStuck", new.message, warning=True)
-                if op.phase == "CleaningUp":
-                    self._cleanup_restore(t, op)
-                self.policies.patch_status(self.namespace, self.name,
-                                           {"operation": new.to_status()})
-            t.cond(_scaling(op.kind), True, "Stuck", new.message)
-            t.out["operation"] = new.to_status()
-            return new, False
-        if effect == "conflict":
-            t.blocked = ("Drift", new.message)
-            self._conflict(t)
-            t.cond(_scaling(op.kind), True, "Blocked", new.message)
-            t.out["operation"] = new.to_status()
-            return new, False
-        if effect == "reject":
-            return self._reject(t, op, new.message)
-        t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
-        if effect == "decommission" and not t.ring_checked:
-            refused = self._ring_refusal(spec, sts, new.pod)
-            if refused is not None:
-                return self._decommission_refused(t, op, refused)
-        if new.phase != op.phase:
-            self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
-        # the state first, then the effect: a restart in between repeats nothing harmful
-        self.policies.patch_status(self.namespace, self.name,
-                                   {"operation": None if done else new.to_status()})
-        if op.phase == "Decommissioning" and new.phase == "Scaling":
-            self._mark_pvc(t, new)  # seen leaving the ring, by this operation
-        if effect == "scale" and op.kind == "ScaleOut" and new.pvc:
-            # the ordinal comes back: a mark an earlier scale-in left on its PVC is void
-            self.kube.unmark_pvc(self.namespace, new.pvc)
-        if effect == "scale":
-            try:
-                self.kube.scale(self.namespace, spec.target.name, new.to_replicas,
-                                expect=op.from_replicas)
-            except DriftError as exc:
-                t.blocked = ("Drift", str(exc))
-                self._conflict(t)
-                t.out["operation"] = new.to_status()
-                return new, False
-        elif effect == "decommission":
-            self.kube.start_decommission(self.namespace, new.pod, spec.target.container,
-                                         spec.target.nodetool)
-        elif effect == "delete-pvc" and new.pvc:
-            self.kube.delete_pvc(self.namespace, new.pvc)
-        if op.phase == "CleaningUp" and (done or new.cleanup_ordinal != op.cleanup_ordinal):
-            self._cleanup_restore(t, op)
-        if effect == "cleanup":
-            new = self._cleanup_effect(t, new)
-        t.cond(_scaling(op.kind), not done, f"{op.kind}{new.phase}", new.message)
-        t.out["operation"] = None if done else new.to_status()
-        return new, done
-
-    def _cleanup_facts(self, t: _Tick, op: operation.OperationState
-                       ) -> tuple[str | None, bool | None]:
-        """The cleanup on the node being cleaned: what this process knows of the one it
-        issued, and whether the node's compactions show one (read only when this process
-        knows nothing: after a restart)."""
-        pod = op.cleanup_pod() if op.phase == "CleaningUp" else None
-        if pod is None:
-            return None, None
-        assert t.spec is not None
-        said = self.kube.cleanup_state(self.namespace, pod)
-        if said is not None:
-            return said, None
-        return None, self.kube.cleanup_running(self.namespace, pod, t.spec.target.container,
-                                               t.spec.target.nodetool)
-
-    def _cleanup_effect(self, t: _Tick, op: operation.OperationState
-                        ) -> operation.OperationState:
-        """Throttle the node's compactions to the migration rate (its own throttle kept in
-        the status first, to put back), then issue its cleanup."""
-        from dataclasses import replace
-
-        spec = t.spec
-        pod = op.cleanup_pod()
-        assert spec is not None and pod is not None
-        c, nt = spec.target.container, spec.target.nodetool
-        if op.cleanup_restore_mibps is None:
-            try:
-                before = self.kube.compaction_throughput(self.namespace, pod, c, nt)
-            except ElastoreError as exc:
-                before = None
-                self.policies.event(t.body, "ThrottleFailed", f"the compaction throttle of "
-                                    f"{pod} could not be read ({exc}); the cleanup runs at "
-                                    "the node's own", warning=True)
-            if before is not None:
-                op = replace(op, cleanup_restore_mibps=before)
-                self.policies.patch_status(self.namespace, self.name,
-                                           {"operation": op.to_status()})
-        prev = t.status.get("migrationMiBps")
-        rate = self._stream_mibps if self._stream_mibps is not None else (
-            float(prev) if isinstance(prev, int | float) and not isinstance(prev, bool)
-            else spec.max_migration_mibps)
-        rate = min(max(rate, spec.min_migration_mibps), spec.max_migration_mibps)
-        if op.cleanup_restore_mibps is not None:
-            try:
-                got = self.kube.set_compaction_throughput(self.namespace, pod, c, nt, rate)
-                op = replace(op, message=op.message + f" at {got:g} MiB/s")
-            except ElastoreError as exc:
-                self.policies.event(t.body, "ThrottleFailed", f"setcompactionthroughput on "
-                                    f"{pod}: {exc}", warning=True)
-        self.kube.start_cleanup(self.namespace, pod, c, nt)
-        self.policies.event(t.body, "CleanupStarted", op.message)
-        return op
-
-    def _cleanup_restore(self, t: _Tick, op: operation.OperationState) -> None:
-        """Put back the compaction throttle the cleaned node had before its cleanup."""
-        pod = op.cleanup_pod()
-        assert t.spec is not None
-        if pod is None or op.cleanup_restore_mibps is None:
-            return
-        try:
-            self.kube.set_compaction_throughput(self.namespace, pod, t.spec.target.container,
-                                                t.spec.target.nodetool,
-                                                op.cleanup_restore_mibps)
-        except ElastoreError as exc:
-            self.policies.event(t.body, "ThrottleFailed", f"{pod}'s compaction throttle "
-                                f"could not be put back to {op.cleanup_restore_mibps:g} "
-                                f"MiB/s: {exc}", warning=True)
-
-    # -- Swift ---------------------------------------------------------------------------------
-    def _swift_port_refusal(self, spec: PolicySpec) -> tuple[str, str] | None:
-        """Why this operator cannot work a Swift target at all (None: it can)."""
-        if not isinstance(self.kube, SwiftPort):
-            return ("TargetNotSupported", "this operator's cluster port cannot read Swift "
-                                          "pods and rings")
-        prefix = tuple(spec.target.swift.exec_prefix)
-        if prefix not in self.exec_prefixes:
-            allowed = "; ".join(" ".join(c) or "(none)" for c in self.exec_prefixes)
-            return ("ExecPrefixNotAllowed", f"spec.target.swift.execPrefix {list(prefix)} is "
-                    f"not one this operator allows ({allowed}; `elastore operator run "
-                    "--exec-prefix`): nothing is done")
-        return None
-
-    def _swift_pods(self, spec: PolicySpec, replicas: int) -> list[str]:
-        return [f"{spec.target.name}-{k}" for k in range(replicas)]
-
-    def _swift_disk_bytes(self, spec: PolicySpec, replicas: int) -> float:
-        """The bytes on the target's devices, read in its pods (Swift's exporters have no
-        such metric): a pod that cannot be read is ``MetricsMissing``, never 0."""
-        assert isinstance(self.kube, SwiftPort)
-        try:
-            return swiftpods.disk_bytes(self.kube, spec, self.namespace,
-                                        self._swift_pods(spec, replicas))
-        except ElastoreError as exc:
-            raise MetricsError("MetricsMissing", f"dataBytes: the Swift pods' devices could "
-                                                 f"not be read: {exc}") from exc
-
-    def _swift_rings(self, spec: PolicySpec) -> tuple[str, swiftring.RingFiles]:
-        assert isinstance(self.kube, SwiftPort) and spec.target.swift.ring_configmap
-        name = spec.target.swift.ring_configmap
-        rv, files, labels = self.kube.read_files(self.namespace, name)
-        if labels.get(SWIFT_RINGS_LABEL) != "true":
-            raise ElastoreError(f"ConfigMap {self.namespace}/{name} is not labelled "
-                                f"{SWIFT_RINGS_LABEL}=true: the operator changes rings only "
-                                "where their owner said it may")
-        return rv, swiftring.RingFiles(files)
-
-    def _swift_refusal(self, spec: PolicySpec, sts: StatefulSetFacts, kind: str
-                       ) -> str | None:
-        """Why a Swift node step may not start: the bounds, the rings readable, and for a
-        scale-in enough pods left for the rings' replicas and no earlier change still
-        moving data (a second change then could move a partition's last good copy)."""
-        if kind == "ScaleOut" and sts.spec_replicas + 1 > spec.max_replicas:
-            return f"replicas.max is {spec.max_replicas}"
-        floor = max(spec.min_replicas, spec.target.replication_factor)
-        if kind == "ScaleIn" and sts.spec_replicas - 1 < floor:
-            return (f"never below max(replicas.min, replicationFactor) = {floor} "
-                    f"(now {sts.spec_replicas})")
-        if sts.ready_replicas < sts.spec_replicas:
-            return f"only {sts.ready_replicas} of {sts.spec_replicas} pods are ready"
-        assert isinstance(self.kube, SwiftPort)
-        try:
-            _, rings = self._swift_rings(spec)
-            replicas = rings.replicas()
-            if kind == "ScaleOut":
-                return None
-            if sts.spec_replicas - 1 < replicas:
-                return (f"the rings keep {replicas:g} replicas: {sts.spec_replicas - 1} "
-                        "pods cannot hold them apart")
-            view = swiftpods.observe(self.kube, spec, self.namespace,
-                                     self._swift_pods(spec, sts.spec_replicas), rings)
-        except ElastoreError as exc:
-            return f"the rings or the pods could not be read: {exc}"
-        if view.lagging:
-            return f"{', '.join(view.lagging)} do not have the current rings yet"
-        if view.progress is None:
-            return view.why
-        busy = [k for k, m in view.progress.items() if not m.done]
-        if busy:
-            return f"an earlier ring change is still moving data ({', '.join(busy)})"
-        return None
-
-    def _swift_facts(self, t: _Tick, op: operation.OperationState) -> swiftoperation.SwiftFacts:
-        spec, sts = t.spec, t.sts
-        assert spec is not None and sts is not None and isinstance(self.kube, SwiftPort)
-        exists, ready = self.kube.pod(self.namespace, op.pod)
-        ip = self.kube.pod_ip(self.namespace, op.pod) if exists else None
-        pvc, marked = self._pvc_facts(op)
-        weight = parts = None
-        lagging: tuple[str, ...] | None = None
-        progress: dict[str, Misplaced] | None = None
-        why = ""
-        lowering = op.kind == "ScaleIn" and op.phase == "Scaling" and \
-            sts.spec_replicas > op.to_replicas  # the rings must show the device gone
-        if op.phase in ("Joining", "Draining", "Removing") or lowering:
-            try:
-                _, rings = self._swift_rings(spec)
-                dev = None if ip is None else \
-                    rings.table("object").get(f"{ip}/{spec.target.swift.device}")
-                if dev is not None:
-                    weight, parts = dev
-                n = op.to_replicas if op.kind == "ScaleOut" else op.from_replicas
-                view = swiftpods.observe(self.kube, spec, self.namespace,
-                                         self._swift_pods(spec, n), rings)
-                lagging, progress, why = view.lagging, view.progress, view.why
-                self._swift_sizes = view.sizes
-                t.out["swift"] = {"diskBytes": view.disk_bytes, "laggingPods": list(lagging),
-                                  "outOfPlace": None if progress is None else {
-                                      k: {"handoffs": m.handoffs, "missing": m.missing,
-                                          "handoffBytes": m.handoff_bytes}
-                                      for k, m in progress.items()}}
-            except ElastoreError as exc:
-                why = str(exc)
-        return swiftoperation.SwiftFacts(sts.spec_replicas, exists, ready, ip, weight, parts,
-                                         lagging, progress, why, pvc, marked)
-
-    def _ring_change(self, t: _Tick, op: operation.OperationState, effect: str
-                     ) -> operation.OperationState:
-        """Carry out a ring effect on the ConfigMap (read, change a copy, rebalance, write
-        it back only if nobody wrote it meanwhile), and re-estimate the operation's end by
-        the migration-time model from what the change moves."""
-        spec = t.spec
-        assert spec is not None and isinstance(self.kube, SwiftPort)
-        sw = spec.target.swift
-        assert sw.ring_configmap
-        ip = self.kube.pod_ip(self.namespace, op.pod)
-        if ip is None:
-            raise ElastoreError(f"{op.pod} has no IP: its device cannot be found in the rings")
-        zone = int(op.pod.rsplit("-", 1)[1]) + 1
-        rv, rings = self._swift_rings(spec)
-        if not self._swift_sizes:  # what the partitions weigh: a look before the change
-            with contextlib.suppress(ElastoreError):
-                self._swift_sizes = swiftpods.observe(
-                    self.kube, spec, self.namespace,
-                    self._swift_pods(spec, max(op.from_replicas, op.to_replicas)), rings).sizes
-
-        op_name = {"ring-add": "add", "ring-drain": "weight", "ring-remove": "remove"}[effect]
-        new, rebalanced = rings.change([{"op": op_name, "ip": ip, "device": sw.device,
-                                         "zone": zone,
-                                         "weight": sw.weight if effect == "ring-add" else 0}])
-        self.kube.write_files(self.namespace, sw.ring_configmap, rv, dict(new.files))
-        moved = swiftring.moves(rings.assignment("object"), new.assignment("object"),
-                                self._swift_sizes)
-        rate = t.out.get("migrationMiBps", t.status.get("migrationMiBps"))
-        mibps = float(rate) if rate is not None else spec.min_migration_mibps
-        secs = moved.seconds(mibps, spec.node_overhead_s)
-        what = ", ".join(f"{r.kind} {r.reassigned}" for r in rebalanced)
-        msg = (f"{op.message}; rings changed (partition replicas reassigned: {what}); "
-               f"{moved.total_bytes / 2**20:.1f} MiB to move, the busiest node "
-               f"{max(moved.max_send_bytes, moved.max_receive_bytes) / 2**20:.1f} MiB at "
-               f"{mibps:g} MiB/s: expected {secs:.0f} s")
-        self.policies.event(t.body, "RingChanged", msg[:1000])
-        now = max(t.now, self.clock())
-        deadline = now + operation.DEADLINE_FACTOR * secs + operation.DEADLINE_MARGIN_S
-        return replace(op, message=msg, expected_end_s=now + secs,
-                       deadline_s=max(op.deadline_s or 0.0, deadline))
-
-    def _advance_swift(self, t: _Tick, op: operation.OperationState
-                       ) -> tuple[operation.OperationState, bool]:
-        """One step of a Swift node step (:mod:`elastore.operator.swiftoperation`): observe,
-        decide (pure), write the state, then carry out its effect."""
-        spec, sts = t.spec, t.sts
-        assert spec is not None and sts is not None
-        ctype = _scaling(op.kind)
-        try:
-            facts = self._swift_facts(t, op)
-            new, effect, done = swiftoperation.advance(op, facts, t.now, spec.pvc_policy)
-        except ElastoreError as exc:
-            t.cond(ctype, True, "Stuck", str(exc))
-            self.policies.event(t.body, "OperationStuck", str(exc), warning=True)
-            t.out["operation"] = op.to_status()
-            return op, False
-        if effect == "stuck" or new.phase == "Stuck":
-            if effect == "stuck":
-                self.policies.event(t.body, "OperationStuck", new.message, warning=True)
-                self.policies.patch_status(self.namespace, self.name,
-                                           {"operation": new.to_status()})
-            t.cond(ctype, True, "Stuck", new.message)
-            t.out["operation"] = new.to_status()
-            return new, False
-        if effect == "conflict":
-            t.blocked = ("Drift", new.message)
-            self._conflict(t)
-            t.cond(ctype, True, "Blocked", new.message)
-            t.out["operation"] = new.to_status()
-            return new, False
-        if effect == "reject":
-            return self._reject(t, op, new.message)
-        t.cond("Conflict", False, "NoConflict", "nothing else changes the target")
-        if new.phase != op.phase:
-            self.policies.event(t.body, f"{op.kind}{new.phase}", new.message)
-        # the state first, then the effect: every effect is idempotent given the facts (a
-        # device already in the rings is not added again; a weight already 0 stays 0)
-        self.policies.patch_status(self.namespace, self.name,
-                                   {"operation": None if done else new.to_status()})
-        if op.phase in swiftoperation.BEFORE_SCALING and new.phase == "Scaling":
-            self._mark_pvc(t, new)  # its data seen gone, by this operation
-        if effect == "scale" and op.kind == "ScaleOut" and new.pvc:
-            self.kube.unmark_pvc(self.namespace, new.pvc)  # the ordinal comes back
-        try:
-            if effect == "scale":
-                self.kube.scale(self.namespace, spec.target.name, new.to_replicas,
-                                expect=op.from_replicas)
-            elif effect in ("ring-add", "ring-drain", "ring-remove"):
-                new = self._ring_change(t, new, effect)
-                self.policies.patch_status(self.namespace, self.name,
-                                           {"operation": new.to_status()})
-            elif effect == "delete-pvc" and new.pvc:
-                self.kube.delete_pvc(self.namespace, new.pvc)
-        except DriftError as exc:
-            t.blocked = ("Drift", str(exc))
-            self._conflict(t)
-            t.out["operation"] = new.to_status()
-            return new, False
-        except ElastoreError as exc:  # a ring change that failed: said, retried next tick
-            msg = f"{effect} failed (retried): {exc}"
-            t.cond(ctype, True, f"{op.kind}{new.phase}", msg[:1000])
-            self.policies.event(t.body, "RingChangeFailed", msg[:1000], warning=True)
-            t.out["operation"] = new.to_status()
-            return new, False
-        t.cond(ctype, not done, f"{op.kind}{new.phase}", new.message[:1000])
-        t.out["operation"] = None if done else new.to_status()
-        return new, done

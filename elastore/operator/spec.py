@@ -20,6 +20,7 @@ from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, SWIF
 from elastore.operator.specfields import ABSENT, declared, default
 from elastore.planner.behavior import Behavior, ScalingPolicy, ScalingRules
 from elastore.predictor.registry import DEFAULT_METHOD
+from elastore.stores.registry import entry, served
 
 GROUP = "elastore.io"
 VERSION = "v1alpha1"
@@ -598,8 +599,9 @@ def parse(spec: Any) -> PolicySpec:
         kind=_read(t, "spec.target.kind"),
         store=store, container=container, nodetool=tuple(nodetool),
         swift=_swift(t.get("swift"), store))
-    if target.kind == DATACENTER and target.store != "cassandra":
-        raise SpecError("a CassandraDatacenter is a Cassandra store", "spec.target.store")
+    if entry(target.store, target.kind) is None:
+        raise SpecError(f"no store driver serves store {target.store!r} as {target.kind}; "
+                        f"these are served: {served()}", "spec.target.store")
     r = spec.get("replicas")
     if not isinstance(r, dict):
         raise SpecError("is required", "spec.replicas")

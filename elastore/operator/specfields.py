@@ -21,6 +21,7 @@ from elastore.operator.presets import PRESETS
 from elastore.planner.behavior import MAX_PERIOD_S
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
+from elastore.stores.registry import store_names, target_kinds
 
 #: no default (``None`` could not say so: a default is never null in a CRD)
 ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()
@@ -101,14 +102,14 @@ FIELDS: tuple[F, ...] = (
       required=True),
     F("spec.target", "object", required=True),
     F("spec.target.kind", "string",
-      enum=("StatefulSet", "CassandraDatacenter"),
+      enum=target_kinds(),
       default="StatefulSet",
       doc=("StatefulSet: a bare StatefulSet, scaled one node at a time through its scale "
            "subresource. CassandraDatacenter: a cass-operator (K8ssandra) datacenter "
            "(cassandra.datastax.com/v1beta1), resized through spec.size in rack-balanced "
            "steps; cass-operator adds and decommissions the nodes")),
     F("spec.target.name", "string", min_length=1, max_length=253, required=True),
-    F("spec.target.store", "string", enum=("cassandra", "swift"), default="cassandra"),
+    F("spec.target.store", "string", enum=store_names(), default="cassandra"),
     F("spec.target.replicationFactor", "integer", minimum=1, maximum=7, required=True),
     F("spec.target.container", "string",
       min_length=1,
