@@ -249,7 +249,8 @@ def test_forged_swift_removal_the_runner_touches_nothing(monkeypatch: pytest.Mon
     Conflict condition (StatusRejected) with a Warning Event, and no ring change, scale,
     mark or deletion is even attempted."""
     from elastore.actuators.ports import StatefulSetFacts
-    from elastore.operator.runner import Runner, _Tick
+    from elastore.operator.runner import Runner
+    from elastore.operator.tick import Tick as _Tick
     from elastore.sim.kube import MemoryPolicies
     from elastore.stores.base import Target
     from elastore.stores.swift import SwiftDriver

@@ -130,3 +130,20 @@ def observed(state: Fallback, ok: bool, now_s: float,
     if state.failures == 0:
         return Fallback(1, now_s, plan)
     return Fallback(state.failures + 1, state.since_s, state.actions)
+
+
+def fallback_scale_out(evidence: bool, behavior: str, threshold: int, state: Fallback) -> bool:
+    """Whether the fallback lets the last plan's scale-outs start (no evidence now)."""
+    return not evidence and behavior == "currentReplicasIfHigher" and state.active(threshold)
+
+
+def partial_metrics(observed: Mapping[str, Any]) -> str | None:
+    """Why no scale-in may start on this observation: it came from fewer nodes than were
+    ready, so the missing nodes' load is absent from the sum and reads as low load (None:
+    every ready node reported, or the counts are unknown)."""
+    nodes, ready = observed.get("nodes"), observed.get("readyReplicas")
+    if nodes is None or ready is None or int(nodes) >= int(ready):
+        return None
+    return (f"metrics from {nodes} of {ready} ready nodes (query freshness, by "
+            "spec.metrics.prometheus.podLabel): the missing nodes' load is not in the sum; "
+            "no scale-in until every node reports")
