@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from elastore.actuators.ports import ClusterPort
 from elastore.errors import ElastoreError, MetricsError
+from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.operator import bandwidth, calibration, control, controls, operation
 from elastore.operator import interference as hubbub
@@ -242,10 +243,8 @@ class ControlPeriod:
                 raise
             nodes, notes = {}, [*notes, f"no per-node metrics: {exc}"]
         x, y, said = calibration.observations(nodes, index, operating)
-        if x:
-            learner_.observe(x, y, prior=prior)
-        cal = learner_.calibrate(prior, spec.headroom)
-        t.calibration = cal
+        est = estimate.calibrated(models, learner_, prior, x, y, spec.headroom)
+        cal = t.calibration = est.calibration
         try:
             self.s.policies.write_model(t.body, name, calibration.KEY, calibration.document(
                 cal.learned, learner_, cal, models, self.s.name, t.now))
@@ -256,7 +255,7 @@ class ControlPeriod:
             self.s.policies.event(t.body, "LearnedModelNotSaved", str(exc), warning=True)
         t.model_status = calibration.to_status(spec, cal, learner_, "; ".join([said, *notes]),
                                                where, t.now)
-        return replace(models, capacity=cal.planning)
+        return est.models
 
     def _calibration_prior(self, spec: PolicySpec, models: ModelSet) -> Any:
         key = (id(models.capacity), spec.prior_scale)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.online import CapacityLearner
@@ -262,14 +263,18 @@ class ProRenaTaController(_Forecasting):
         models, or (learning online) the calibration after this window's observation."""
         if self.learner is None or self.prior is None:
             return ctx.models, True
+        x: list[list[float]] = []
+        y: list[float] = []
         if ctx.latency_ms is not None and ctx.serving > 0:
-            self.learner.observe([ctx.load_now / ctx.serving, ctx.read_ratio,
-                                  ctx.migration_now, ctx.interference], [ctx.latency_ms],
-                                 prior=self.prior)
-        cal = self.learner.calibrate(self.prior, ctx.cfg.headroom)
+            x.append([ctx.load_now / ctx.serving, ctx.read_ratio, ctx.migration_now,
+                      ctx.interference])
+            y.append(ctx.latency_ms)
+        est = estimate.calibrated(ctx.models, self.learner, self.prior, x, y,
+                                  ctx.cfg.headroom)
+        cal = est.calibration
         self.calibrations.append((ctx.k, cal.capacity_rps, cal.confidence,
                                   cal.scale_in_allowed))
-        return replace(ctx.models, capacity=cal.planning), cal.scale_in_allowed
+        return est.models, est.scale_in_allowed
 
     def warm(self, history: FloatArray) -> None:
         if self.mode != "horizon":
