@@ -249,6 +249,7 @@ def test_forged_swift_removal_the_runner_touches_nothing(monkeypatch: pytest.Mon
     Conflict condition (StatusRejected) with a Warning Event, and no ring change, scale,
     mark or deletion is even attempted."""
     from elastore.actuators.ports import StatefulSetFacts
+    from elastore.operator import stepping
     from elastore.operator.runner import Runner
     from elastore.operator.tick import Tick as _Tick
     from elastore.sim.kube import MemoryPolicies
@@ -265,7 +266,7 @@ def test_forged_swift_removal_the_runner_touches_nothing(monkeypatch: pytest.Mon
               gen=1, spec=parse(body), sts=sts, target=Target(sts), driver=SwiftDriver())
     monkeypatch.setattr(t.driver, "_facts", lambda _call, _op: facts(
         spec_replicas=4, weight=100.0, partitions=96))
-    assert runner._continue_operation(t) is True  # still "running": held, not dropped
+    assert stepping.continue_operation(runner, t) is True  # still "running": held, not dropped
     assert t.operation is not None and replace(t.operation, id=op.id) == op
     assert port.calls == []
     assert t.blocked is not None and t.blocked[0] == "StatusRejected"

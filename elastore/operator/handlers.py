@@ -105,7 +105,8 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
     """The policy's loop, until the policy is deleted or the operator stops or pauses."""
     assert namespace is not None  # ElasticPolicy is namespaced
     from elastore.actuators.k8s import KubeActuator
-    from elastore.operator.runner import Runner, prometheus_source
+    from elastore.operator.metrics import prometheus_source
+    from elastore.operator.runner import Runner
     from elastore.operator.status import PolicyApi, kube_reader
 
     rt = runtime(memo)
