@@ -22,6 +22,8 @@ from elastore.actuators.ports import ClusterPort
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models import estimate
 from elastore.models.bundle import ModelSet
+from elastore.models.capacity import CapacityModel
+from elastore.models.interference import InterferenceEffect
 from elastore.operator import bandwidth, calibration, control, controls, operation
 from elastore.operator import interference as hubbub
 from elastore.operator.metrics import MetricsSource, Snapshot
@@ -257,7 +259,7 @@ class ControlPeriod:
                                                where, t.now)
         return est.models
 
-    def _calibration_prior(self, spec: PolicySpec, models: ModelSet) -> Any:
+    def _calibration_prior(self, spec: PolicySpec, models: ModelSet) -> CapacityModel:
         key = (id(models.capacity), spec.prior_scale)
         hit = self._cal_prior
         if hit is None or hit[0] != key or hit[1] is not models.capacity:
@@ -282,7 +284,7 @@ class ControlPeriod:
                 + ("scale-in allowed" if now else "only scale-out until it is confident again"),
                 warning=not now)
 
-    def _prior(self, models: ModelSet, source: str) -> Any:
+    def _prior(self, models: ModelSet, source: str) -> InterferenceEffect:
         key = (id(models.capacity), source)
         hit = self._priors.get(key)
         if hit is None or hit[0] is not models.capacity:
@@ -292,7 +294,7 @@ class ControlPeriod:
             self._priors[key] = hit
         return hit[1]
 
-    def _planning_models(self, models: ModelSet, effect: Any) -> ModelSet:
+    def _planning_models(self, models: ModelSet, effect: InterferenceEffect) -> ModelSet:
         hit = self._planning
         if hit is None or hit[0] is not models or hit[1] != effect:
             hit = (models, effect, hubbub.planning_models(models, effect))

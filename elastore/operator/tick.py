@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from elastore.actuators.ports import StatefulSetFacts
 from elastore.models.bundle import ModelSet
+from elastore.models.online import Calibration
 from elastore.operator import control, controls, operation
 from elastore.operator.spec import PolicySpec
 from elastore.operator.status import set_condition
@@ -41,7 +42,7 @@ class Tick:
     period: bool = False  # a control period was due this tick
     stream_mibps: float | None = None  # the stream throttle decided this tick
     model_status: dict[str, Any] | None = None  # status.model, when a period ran
-    calibration: Any = None  # the learned model's calibration this period (learning)
+    calibration: Calibration | None = None  # this period's, when learning
     pause: controls.Pause = field(default_factory=lambda: controls.Pause(False))
     #: the models this period's plan used (learned and interference-adjusted), for the
     #: SLO-risk gauge

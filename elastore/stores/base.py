@@ -25,6 +25,7 @@ from elastore.actuators.ports import ClusterPort, DatacenterFacts, StatefulSetFa
 from elastore.errors import ElastoreError
 from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
+from elastore.planner.stabilization import Recommendations
 
 Kind = Literal["ScaleOut", "ScaleIn"]
 #: (reason, message) of a refusal or a hold, as the status's conditions say it
@@ -144,7 +145,7 @@ class StoreDriver(Protocol):
         """The target's pods now: up to the larger of its size and an operation's ``to``."""
 
     def step_to(self, call: StoreCall, wanted: int, user_named: bool,
-                recent_desired: Any) -> int | Why | None:
+                recent_desired: Recommendations) -> int | Why | None:
         """Where a step toward ``wanted`` goes: None for one node, a size (a rack-balanced
         step), or why no step is taken yet."""
 

@@ -7,12 +7,16 @@ ring and space checks read through a pod."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from elastore.actuators.ports import ClusterPort, DatacenterPort, StatefulSetFacts
+from elastore.actuators.ports import (
+    ClusterPort,
+    DatacenterFacts,
+    DatacenterPort,
+    StatefulSetFacts,
+)
 from elastore.operator import dcoperation
 from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
+from elastore.planner.stabilization import Recommendations
 from elastore.stores.base import Advanced, Allowed, Begun, Kind, StoreCall, Target, Why, floor
 from elastore.stores.cassandra.nodes import CassandraNodes
 
@@ -59,13 +63,13 @@ class DatacenterDriver(CassandraNodes):
     def pods_now(self, call: StoreCall) -> list[str]:
         return self.pods(call.spec, call.target, None)
 
-    def _dc(self, call: StoreCall) -> Any:
+    def _dc(self, call: StoreCall) -> DatacenterFacts:
         dc = call.target.datacenter
         assert dc is not None
         return dc
 
     def step_to(self, call: StoreCall, wanted: int, user_named: bool,
-                recent_desired: Any) -> int | Why | None:
+                recent_desired: Recommendations) -> int | Why | None:
         """Rack-balanced steps: up to the next multiple of the racks as soon as the plan
         wants more; down only once the plan wants the next multiple below (or less)."""
         dc, size = self._dc(call), call.sts.spec_replicas

@@ -19,6 +19,7 @@ from elastore.operator import bandwidth, operation
 from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
 from elastore.operator.status import iso
+from elastore.planner.stabilization import Recommendations
 from elastore.stores.base import Advanced, Begun, Kind, StoreCall, Target, Why, floor
 from elastore.stores.cassandra.nodes import CassandraNodes
 
@@ -66,7 +67,7 @@ class StatefulSetPods:
         return bandwidth.pod_names(spec.target.name, target.sizes.spec_replicas, to_replicas)
 
     def step_to(self, call: StoreCall, wanted: int, user_named: bool,
-                recent_desired: object) -> int | Why | None:
+                recent_desired: Recommendations) -> int | Why | None:
         return None  # one node at a time
 
     def check_identity(self, op: OperationState, call: StoreCall, floor: int) -> None:
