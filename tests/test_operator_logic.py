@@ -16,11 +16,11 @@ from elastore.actuators import nodetool
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
 from elastore.operator import control, operation
+from elastore.operator.conditions import set_condition
 from elastore.operator.metrics import MetricsError, Snapshot
 from elastore.operator.presets import PRESETS, QUERY_NAMES
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import SpecError, parse, parse_duration
-from elastore.operator.status import set_condition
 from elastore.units import GIB
 
 BASE: dict[str, Any] = {
@@ -146,7 +146,7 @@ def test_default_queries_take_the_selector() -> None:
 def test_interference_modes_and_the_query_override() -> None:
     """Absent: Auto; true and false as given; the policy's own query replaces the agent's;
     the latency query reads the SLO's percentile (Cassandra's timers are microseconds)."""
-    from elastore.operator import interference as hubbub
+    from elastore.hubbub import policy as hubbub
 
     auto = parse(spec_with(metrics=PROM))
     assert auto.interference is None and hubbub.mode(auto) == "Auto"
@@ -169,7 +169,7 @@ def test_interference_modes_and_the_query_override() -> None:
 
 
 def test_reading_the_index_by_mode_never_a_missing_one_as_zero() -> None:
-    from elastore.operator import interference as hubbub
+    from elastore.hubbub import policy as hubbub
 
     def missing() -> float:
         raise MetricsError("MetricsMissing", "interference: Prometheus returned no series")
@@ -206,8 +206,8 @@ def test_the_learned_effect_raises_the_plan_and_its_state_round_trips(ms: ModelS
     load; the state in the status reads back the same; a garbled one is forgotten."""
     import json
 
-    from elastore.models.interference import InterferenceEffect
-    from elastore.operator import interference as hubbub
+    from elastore.hubbub import policy as hubbub
+    from elastore.hubbub.effect import InterferenceEffect
 
     spec = fast_spec()
     snap = snapshot([800.0] * 10)  # 200 requests/s per node: the steep part of its curve

@@ -10,7 +10,7 @@ Two parts, in the order the data flows (metrics -> forecast -> **models** -> pla
   this period's observations go into the learner, and the plan uses its calibration
   (the median border once confident, the cautious one until then); scale-in is allowed
   only once it is confident;
-* the interference effect (``elastore.operator.interference.planning_models``), where a
+* the interference effect (``elastore.hubbub.policy.planning_models``), where a
   policy learns one: the capacity the planner reads is lowered by the learned slowdown.
 """
 

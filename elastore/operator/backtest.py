@@ -26,9 +26,9 @@ from typing import Any
 from elastore.errors import MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import control
+from elastore.operator.conditions import iso
 from elastore.operator.metrics import MetricsSource
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 
 #: at most this many periods in one backtest (a week of 1-minute periods)
 MAX_PERIODS = 7 * 24 * 60

@@ -28,9 +28,9 @@ from typing import Any
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel, ModelError
 from elastore.models.online import Calibration, CapacityLearner, scaled
+from elastore.operator.conditions import iso
 from elastore.operator.metrics import NodeReading
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 
 KEY = "model.json"
 SUFFIX = "-capacity-model"

@@ -20,15 +20,16 @@ from typing import Any, Protocol
 
 from elastore.actuators.ports import ClusterPort
 from elastore.errors import ElastoreError, MetricsError
+from elastore.hubbub import policy as hubbub
+from elastore.hubbub.effect import InterferenceEffect
 from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
-from elastore.models.interference import InterferenceEffect
 from elastore.operator import bandwidth, calibration, control, controls, operation
-from elastore.operator import interference as hubbub
+from elastore.operator.conditions import condition, iso
 from elastore.operator.metrics import MetricsSource, Snapshot
+from elastore.operator.policyapi import PolicyStore
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import PolicyStore, condition, iso
 from elastore.operator.telemetry import OperatorMetrics
 from elastore.operator.tick import Tick
 from elastore.planner.types import Operation

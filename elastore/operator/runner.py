@@ -40,11 +40,12 @@ from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, StatefulSetFact
 from elastore.errors import ElastoreError
 from elastore.models.bundle import ModelSet
 from elastore.operator import bandwidth, control, controls, operation, stepping
+from elastore.operator.conditions import condition
 from elastore.operator.metrics import MetricsSource, prometheus_source
 from elastore.operator.period import RETRY_S, ControlPeriod
+from elastore.operator.policyapi import PolicyStore
 from elastore.operator.runtime import DEFAULT_NODETOOLS
 from elastore.operator.spec import PolicySpec, SpecError, parse
-from elastore.operator.status import PolicyStore, condition
 from elastore.operator.telemetry import OperatorMetrics
 from elastore.operator.tick import Tick
 from elastore.stores import entry

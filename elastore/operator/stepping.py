@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from elastore.errors import ElastoreError
 from elastore.operator import calibration, control, controls, operation
-from elastore.operator.status import iso
+from elastore.operator.conditions import iso
 from elastore.operator.tick import Tick
 from elastore.planner import admission, behavior
 from elastore.stores import steps

@@ -12,8 +12,8 @@ from elastore.actuators.ports import StatefulSetFacts
 from elastore.models.bundle import ModelSet
 from elastore.models.online import Calibration
 from elastore.operator import control, controls, operation
+from elastore.operator.conditions import set_condition
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import set_condition
 from elastore.stores.base import StoreDriver, Target
 
 Conditions = list[dict[str, Any]]

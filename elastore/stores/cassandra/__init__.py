@@ -16,9 +16,9 @@ from dataclasses import replace
 from elastore.actuators.ports import ClusterPort
 from elastore.errors import ElastoreError
 from elastore.operator import bandwidth, operation
+from elastore.operator.conditions import iso
 from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 from elastore.planner.stabilization import Recommendations
 from elastore.stores.base import Advanced, Begun, Kind, StoreCall, Target, Why, floor
 from elastore.stores.cassandra.nodes import CassandraNodes
