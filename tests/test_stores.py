@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from elastore.actuators.ports import DriftError, StatefulSetFacts
+from elastore.errors import ElastoreError
 from elastore.operator import operation
 from elastore.operator.operation import OperationState
 from elastore.operator.spec import SpecError, parse
@@ -260,3 +261,28 @@ def test_a_refusal_just_before_the_effect_gives_up_a_step_never_carried_out() ->
     call, conds, _ = _call(d.log)
     got = steps.advance(d, call, issued)  # type: ignore[arg-type]
     assert not got.done and got.operation.phase == "Stuck" and d.log[-1] == "save Stuck"
+
+
+def test_a_store_that_does_not_answer_fails_the_tick_instead_of_calling_the_step_stuck() -> None:
+    from elastore.stores.base import FactsUnreadable
+
+    class Silent(_Driver):
+        def advance(self, call: StoreCall, op: OperationState) -> Advanced:
+            raise FactsUnreadable("pods/exec: the API server timed out")
+
+    d = Silent("scale")
+    call, conds, events = _call(d.log)
+    with pytest.raises(FactsUnreadable):
+        steps.advance(d, call, _op())  # type: ignore[arg-type]
+    assert conds == {} and events == [] and "operation" not in call.out
+
+    class Refusing(_Driver):  # the machine's own refusal: Stuck, said, the state kept
+        def advance(self, call: StoreCall, op: OperationState) -> Advanced:
+            raise ElastoreError("a pod vanished mid-decommission")
+
+    d = Refusing("scale")
+    call, conds, events = _call(d.log)
+    op = _op()
+    got = steps.advance(d, call, op)  # type: ignore[arg-type]
+    assert conds["ScalingDown"][1] == "Stuck" and events[0][:2] == ("OperationStuck", True)
+    assert got.operation is op and not got.done and call.out["operation"] == op.to_status()

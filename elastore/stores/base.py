@@ -99,6 +99,11 @@ class EffectFailed(ElastoreError):
         self.reason = reason
 
 
+class FactsUnreadable(ElastoreError):
+    """The store could not be read for an operation's facts (the API server, an exec): the
+    tick fails and is retried (kopf's backoff); the operation is not called Stuck for it."""
+
+
 @dataclass(frozen=True)
 class Begun:
     """A step just begun: its operation, and what the Event says of it (``what``, then the
@@ -165,7 +170,8 @@ class StoreDriver(Protocol):
 
     def advance(self, call: StoreCall, op: OperationState) -> Advanced:
         """Read the store's facts for the operation and decide its next state (the pure
-        machine). May raise :class:`ElastoreError`: the operation is then Stuck."""
+        machine). The machine's :class:`ElastoreError` makes the operation Stuck; a store
+        that could not be read raises :class:`FactsUnreadable` (the tick is retried)."""
 
     def before_effect(self, call: StoreCall, op: OperationState, new: Advanced) -> str | None:
         """Why the effect may not be carried out after all, seen in the store just before

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from elastore.actuators.ports import DriftError
 from elastore.errors import ElastoreError
 from elastore.operator.operation import OperationState
-from elastore.stores.base import EffectFailed, StoreCall, StoreDriver, Why
+from elastore.stores.base import EffectFailed, FactsUnreadable, StoreCall, StoreDriver, Why
 
 
 def scaling(kind: str) -> str:
@@ -47,6 +47,8 @@ def advance(driver: StoreDriver, call: StoreCall, op: OperationState) -> StepRes
     ctype = scaling(op.kind)
     try:
         got = driver.advance(call, op)
+    except FactsUnreadable:
+        raise  # the store did not answer: the tick fails and is retried
     except ElastoreError as exc:
         call.cond(ctype, True, "Stuck", str(exc))
         call.event("OperationStuck", str(exc), True)

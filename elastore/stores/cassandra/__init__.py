@@ -20,7 +20,16 @@ from elastore.operator.conditions import iso
 from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
 from elastore.planner.stabilization import Recommendations
-from elastore.stores.base import Advanced, Begun, Kind, StoreCall, Target, Why, floor
+from elastore.stores.base import (
+    Advanced,
+    Begun,
+    FactsUnreadable,
+    Kind,
+    StoreCall,
+    Target,
+    Why,
+    floor,
+)
 from elastore.stores.cassandra.nodes import CassandraNodes
 
 log = logging.getLogger("elastore.operator")
@@ -148,7 +157,16 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
         return all(n.host_id != me for n in view.nodes)
 
     def advance(self, call: StoreCall, op: OperationState) -> Advanced:
-        spec, sts, port, ns = call.spec, call.sts, call.port, call.namespace
+        try:
+            facts = self._facts(call, op)
+        except ElastoreError as exc:
+            raise FactsUnreadable(str(exc)) from exc
+        new, effect, done = operation.advance(op, facts, call.now, call.spec.pvc_policy,
+                                              cleanup=call.spec.cleanup)
+        return Advanced(new, effect, done)
+
+    def _facts(self, call: StoreCall, op: OperationState) -> operation.Facts:
+        sts, port, ns, spec = call.sts, call.port, call.namespace, call.spec
         exists, ready = port.pod(ns, op.pod)
         mode = port.node_mode(ns, op.pod, spec.target.container, spec.target.nodetool) \
             if exists else None
@@ -160,11 +178,8 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
             op.kind == "ScaleIn" and op.phase == "Decommissioning" and \
             op.decommission_issued_s is not None else None
         said, seen = self._cleanup_facts(call, op)
-        facts = operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
-                                marked, failed, said, seen, gone)
-        new, effect, done = operation.advance(op, facts, call.now, spec.pvc_policy,
-                                              cleanup=spec.cleanup)
-        return Advanced(new, effect, done)
+        return operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
+                               marked, failed, said, seen, gone)
 
     def before_effect(self, call: StoreCall, op: OperationState, new: Advanced) -> str | None:
         if new.effect == "decommission" and not call.ring_checked:
