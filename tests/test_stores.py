@@ -53,6 +53,20 @@ def test_every_registered_driver_implements_the_whole_seam() -> None:
             assert got == want, (s.name, m, got, want)
 
 
+def test_each_store_brings_its_presets_and_its_default_is_one_of_them() -> None:
+    from elastore.operator.presets import PRESETS
+
+    seen: set[str] = set()
+    for s in registry.STORES:
+        mine = registry.presets_of(s)
+        assert s.default_preset in mine, s
+        assert all(PRESETS[n] is e for n, e in mine.items())  # gathered, not copied
+        seen |= set(mine)
+    assert seen == set(PRESETS)
+    swift = registry.entry("swift", "StatefulSet")
+    assert swift is not None and registry.presets_of(swift)["swift-statsd"].data is None
+
+
 def test_the_crds_store_and_kind_enums_are_the_registrys() -> None:
     doc = yaml.safe_load(CRD.read_text())
     target = doc["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
@@ -87,7 +101,8 @@ class _Fourth:
 
 def test_a_fourth_store_is_one_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "STORES", (*registry.STORES, registry.Store(
-        "scylla", "scylla", "StatefulSet", f"{__name__}:_Fourth", "a test's store")))
+        "scylla", "scylla", "StatefulSet", f"{__name__}:_Fourth",
+        "elastore.stores.cassandra.presets:PRESETS", "jmx-exporter", "a test's store")))
     assert registry.store_names() == ("cassandra", "swift", "scylla")
     s = registry.entry("scylla", "StatefulSet")
     assert s is not None and registry.driver_class(s) is _Fourth
@@ -286,3 +301,23 @@ def test_a_store_that_does_not_answer_fails_the_tick_instead_of_calling_the_step
     got = steps.advance(d, call, op)  # type: ignore[arg-type]
     assert conds["ScalingDown"][1] == "Stuck" and events[0][:2] == ("OperationStuck", True)
     assert got.operation is op and not got.done and call.out["operation"] == op.to_status()
+
+
+def test_a_driver_refuses_a_port_without_its_stores_calls() -> None:
+    """Only a driver narrows the cluster port to its store's own calls, and only after its
+    ``refused`` found them: a port with no nodetool (or no Swift, no datacenter) is
+    ``TargetNotSupported``, said, before any call."""
+    from elastore.stores.base import Allowed
+
+    class GenericOnly:  # a ClusterPort and nothing more
+        def statefulset(self, ns: str, name: str) -> None:
+            return None
+
+    allowed = Allowed(nodetools=(("nodetool",),))
+    for s in registry.STORES:
+        extra = {"swift": {"ringConfigMap": "rings"}} if s.store == "swift" else {}
+        spec = parse({**_spec(store=s.store, kind=s.kind, **extra), "mode": "Enforce"})
+        got = registry.driver_class(s)().refused(spec, GenericOnly(),  # type: ignore[arg-type]
+                                                 allowed)
+        assert got is not None and got[0] == "TargetNotSupported", (s.name, got)
+

@@ -254,7 +254,7 @@ def test_forged_swift_removal_the_runner_touches_nothing(monkeypatch: pytest.Mon
     from elastore.operator.tick import Tick as _Tick
     from elastore.sim.kube import MemoryPolicies
     from elastore.stores.base import Target
-    from elastore.stores.swift import SwiftDriver
+    from elastore.stores.swift.driver import SwiftDriver
 
     body = {**spec(swift={"ringConfigMap": "rings"}), "mode": "Enforce"}
     policies = MemoryPolicies.of("store", "objects", body)

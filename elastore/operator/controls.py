@@ -95,7 +95,7 @@ def pause_status(p: Pause, was: Any, now_s: float) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class Fallback:
     """``status.fallback``: consecutive failed observations, since when, and the plan the
-    last good one made (status form, :func:`elastore.operator.control.action_to_status`)."""
+    last good one made (status form, :func:`elastore.operator.policyloop.action_to_status`)."""
 
     failures: int = 0
     since_s: float | None = None
@@ -179,7 +179,7 @@ def wanted(named: int | None, evidence: bool, fallback_ok: bool, plan: tuple[Any
     """The replicas wanted now: ``paused-replicas``' size; else the plan's (made on this
     period's evidence); else, the fallback in force, the last plan made on evidence, never
     below ``current``; None without evidence and without the fallback (nothing is wanted)."""
-    from elastore.operator.control import target_at
+    from elastore.operator.policyloop import target_at
 
     if named is not None:
         return named

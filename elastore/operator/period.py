@@ -1,5 +1,5 @@
 """A control period: observe the metrics, estimate the models (learned capacity, the
-interference effect), decide the plan (the pure policy loop, :mod:`elastore.operator.control`)
+interference effect), decide the plan (the pure policy loop, :mod:`elastore.operator.policyloop`)
 and publish what was decided (``status.forecast``, ``observed``, ``model``, ``interference``,
 ``bandwidth``, the gauges). It changes nothing in the cluster: starting a step is the
 runner's (:mod:`elastore.operator.stepping`), carrying it out the store driver's.
@@ -25,7 +25,7 @@ from elastore.hubbub.effect import InterferenceEffect
 from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
-from elastore.operator import bandwidth, calibration, control, controls, operation
+from elastore.operator import bandwidth, calibration, controls, operation, policyloop
 from elastore.operator.conditions import condition, iso
 from elastore.operator.metrics import MetricsSource, Snapshot
 from elastore.operator.policyapi import PolicyStore
@@ -80,7 +80,7 @@ class ControlPeriod:
         so a scale-in on missing data never happens and every scale-out rests on evidence."""
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
-        t.memory = control.memory_from_status(t.status)
+        t.memory = policyloop.memory_from_status(t.status)
         last = t.status.get("lastDecision") or {}
         t.evidence = bool(last.get("ok"))
         # after a failed observation every tick retries (they come RETRY_S apart): a policy
@@ -122,7 +122,7 @@ class ControlPeriod:
         reason = exc.reason if isinstance(exc, MetricsError) else "DecisionFailed"
         t.out["lastDecision"] = {"epoch": t.now, "at": iso(t.now), "ok": False,
                                  "generation": t.gen, "reason": str(exc)[:500]}
-        t.out["memory"] = control.memory_to_status(t.memory.forgetting_the_forecast())
+        t.out["memory"] = policyloop.memory_to_status(t.memory.forgetting_the_forecast())
         t.out["nextAction"] = None
         t.cond("Forecasting", False, reason, str(exc))
         self._fallback(t, ok=False)
@@ -137,7 +137,7 @@ class ControlPeriod:
         spec = t.spec
         assert spec is not None
         prev = t.fallback
-        plan = tuple(control.action_to_status(a) for a in t.memory.actions)
+        plan = tuple(policyloop.action_to_status(a) for a in t.memory.actions)
         t.fallback = controls.observed(prev, ok, t.now, plan)
         n, need, how = t.fallback.failures, spec.fallback_threshold, spec.fallback_behavior
         if ok:
@@ -164,16 +164,16 @@ class ControlPeriod:
         if not prev.active(need):
             self.s.policies.event(t.body, "FallbackActive", msg, warning=True)
 
-    def _decide(self, spec: PolicySpec, replicas: int, memory: control.Memory, now: float,
+    def _decide(self, spec: PolicySpec, replicas: int, memory: policyloop.Memory, now: float,
                 op: operation.OperationState | None = None,
                 status: dict[str, Any] | None = None, t: Tick | None = None
-                ) -> tuple[control.Decision, Snapshot, dict[str, Any]]:
+                ) -> tuple[policyloop.Decision, Snapshot, dict[str, Any]]:
         """Observe, learn, plan. Returns the decision, the snapshot and
         ``status.interference`` (and, with ``t``, sets ``status.model`` and the learned
         model's scale-in gate on it)."""
         source = self.s.source(spec, self.s.namespace)
-        snap = source.snapshot(now, control.history_steps(spec.prediction_method,
-                                                          control.path_steps(spec),
+        snap = source.snapshot(now, policyloop.history_steps(spec.prediction_method,
+                                                          policyloop.path_steps(spec),
                                                           spec.calibration_steps),
                                spec.prediction_step_s)
         if not math.isfinite(snap.data_bytes) and t is not None and t.driver is not None:
@@ -205,7 +205,7 @@ class ControlPeriod:
                                        reading.index, latency, running is not None, start)
             effect = learner.effect(start)
             models = self._planning_models(models, effect)
-        decision = control.decide(spec, snap, replicas, models, memory, running,
+        decision = policyloop.decide(spec, snap, replicas, models, memory, running,
                                   interference=reading.index or 0.0)
         if t is not None:
             t.planned_with, t.interference_index = models, reading.index or 0.0
@@ -329,9 +329,9 @@ class ControlPeriod:
         else:
             tm.interference_index.labels(ns, name).set(inter["index"])
 
-    def _decision_status(self, d: control.Decision, snap: Snapshot, gen: int
+    def _decision_status(self, d: policyloop.Decision, snap: Snapshot, gen: int
                          ) -> dict[str, Any]:
-        nxt = control.next_action(d.actions, d.now_s)
+        nxt = policyloop.next_action(d.actions, d.now_s)
         due = [a for a in d.actions if a.at_s <= d.now_s]
         act = nxt or (due[-1] if due else None)
         return {
@@ -350,37 +350,37 @@ class ControlPeriod:
             "recommendedMiBps": round(d.migration_mibps, 3),
             "lastDecision": {"epoch": d.now_s, "at": iso(d.now_s), "ok": True,
                              "generation": gen, "reason": d.reason[:2000]},
-            "memory": control.memory_to_status(d.memory),
+            "memory": policyloop.memory_to_status(d.memory),
         }
 
-    def _backtest_gauges(self, t: Tick, d: control.Decision, snap: Snapshot) -> None:
+    def _backtest_gauges(self, t: Tick, d: policyloop.Decision, snap: Snapshot) -> None:
         """``elastore_would_scale`` and ``elastore_slo_at_risk``: what Enforce would do now
         and whether the size there is would miss the SLO at the forecast (both modes)."""
         tm, sts, spec = self.s.telemetry, t.sts, t.spec
         assert tm is not None and sts is not None and spec is not None
         n = sts.spec_replicas
         tm.would_scale.labels(self.s.namespace, self.s.name).set(
-            control.would_scale(d.actions, t.now, n))
+            policyloop.would_scale(d.actions, t.now, n))
         if self.slo_risk is None:  # a model that fits no load: said, not guessed
             with contextlib.suppress(KeyError):
                 tm.slo_at_risk.remove(self.s.namespace, self.s.name)
             return
         tm.slo_at_risk.labels(self.s.namespace, self.s.name).set(1 if self.slo_risk else 0)
 
-    def _risk(self, t: Tick, d: control.Decision, snap: Snapshot) -> bool | None:
+    def _risk(self, t: Tick, d: policyloop.Decision, snap: Snapshot) -> bool | None:
         """Whether the size there is would miss the SLO at this period's forecast; None
         when the model cannot say."""
         sts, spec = t.sts, t.spec
         assert sts is not None and spec is not None
         try:
-            return control.slo_at_risk(t.planned_with or self.s.models(spec), d.forecast_rps,
+            return policyloop.slo_at_risk(t.planned_with or self.s.models(spec), d.forecast_rps,
                                        snap.read_ratio, sts.spec_replicas,
                                        t.interference_index)
         except ElastoreError as exc:
             log.warning("%s/%s: SLO risk not judged: %s", self.s.namespace, self.s.name, exc)
             return None
 
-    def _record(self, d: control.Decision) -> None:
+    def _record(self, d: policyloop.Decision) -> None:
         tm = self.s.telemetry
         assert tm is not None
         tm.forecast.labels(self.s.namespace, self.s.name).set(d.forecast_rps)
@@ -389,7 +389,7 @@ class ControlPeriod:
         tm.desired.labels(self.s.namespace, self.s.name).set(d.desired_replicas)
         tm.migration.labels(self.s.namespace, self.s.name).set(d.migration_mibps)
 
-    def _bandwidth(self, t: Tick, d: control.Decision, snap: Snapshot) -> float:
+    def _bandwidth(self, t: Tick, d: policyloop.Decision, snap: Snapshot) -> float:
         """BwMan's split of each node's link for this period (``status.bandwidth``, in both
         modes: the node agent applies it), and the stream throttle to set: the split's,
         else the plan's rate within the policy's bounds."""

@@ -5,7 +5,7 @@ runner only orchestrates; each part lives in its own room:
   (:mod:`elastore.stores`: Cassandra, cass-operator, Swift), which sees every irreversible
   effect's precondition in the store itself;
 * a **control period** (:mod:`elastore.operator.period`) observes the metrics, estimates
-  the models and decides the plan (pure: :mod:`elastore.operator.control`), and publishes
+  the models and decides the plan (pure: :mod:`elastore.operator.policyloop`), and publishes
   it;
 * the **steps** (:mod:`elastore.operator.stepping`): the one in progress is advanced, or the
   next is admitted (the pure gates of :mod:`elastore.planner.admission`, then the driver's
@@ -39,7 +39,7 @@ from typing import Any
 from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, StatefulSetFacts
 from elastore.errors import ElastoreError
 from elastore.models.bundle import ModelSet
-from elastore.operator import bandwidth, control, controls, operation, stepping
+from elastore.operator import bandwidth, controls, operation, policyloop, stepping
 from elastore.operator.conditions import condition
 from elastore.operator.metrics import MetricsSource, prometheus_source
 from elastore.operator.period import RETRY_S, ControlPeriod
@@ -319,7 +319,7 @@ class Runner:
         assert t.spec is not None
         last = t.last_decision
         waits = [t.spec.control_period_s - (t.now - float(last.get("epoch", t.now)))]
-        nxt = control.next_action(t.memory.actions, t.now)
+        nxt = policyloop.next_action(t.memory.actions, t.now)
         if nxt is not None:
             waits.append(nxt.at_s - t.now)
         return min(waits)

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from elastore.errors import ElastoreError
-from elastore.operator import calibration, control, controls, operation
+from elastore.operator import calibration, controls, operation, policyloop
 from elastore.operator.conditions import iso
 from elastore.operator.tick import Tick
 from elastore.planner import admission, behavior
@@ -83,7 +83,7 @@ def abort(r: Runner, t: Tick, op: operation.OperationState, why: str) -> None:
 
 def scale_out_due(r: Runner, t: Tick) -> bool:
     assert t.sts is not None
-    return control.target_at(t.memory.actions, max(t.now, r.clock()),
+    return policyloop.target_at(t.memory.actions, max(t.now, r.clock()),
                              t.sts.spec_replicas) > t.sts.spec_replicas
 
 def start_step(r: Runner, t: Tick) -> bool:
@@ -178,6 +178,6 @@ def begin(r: Runner, t: Tick, kind: Literal["ScaleOut", "ScaleIn"], step_to: int
 def scale_events(t: Tick) -> behavior.ScaleEvents:
     return behavior.events_from_status(t.out.get("scaleEvents", t.status.get("scaleEvents")))
 
-def saved_plan(t: Tick) -> tuple[control.PlannedAction, ...]:
+def saved_plan(t: Tick) -> tuple[policyloop.PlannedAction, ...]:
     """The last plan made on evidence, as the fallback keeps it in the status."""
-    return tuple(control.action_from_status(a) for a in t.fallback.actions)
+    return tuple(policyloop.action_from_status(a) for a in t.fallback.actions)

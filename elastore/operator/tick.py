@@ -11,7 +11,7 @@ from typing import Any, Literal
 from elastore.actuators.ports import StatefulSetFacts
 from elastore.models.bundle import ModelSet
 from elastore.models.online import Calibration
-from elastore.operator import control, controls, operation
+from elastore.operator import controls, operation, policyloop
 from elastore.operator.conditions import set_condition
 from elastore.operator.spec import PolicySpec
 from elastore.stores.base import StoreDriver, Target
@@ -34,7 +34,7 @@ class Tick:
     #: the target as its store's driver read it (``sts`` is its sizes)
     target: Target | None = None
     driver: StoreDriver | None = None
-    memory: control.Memory = field(default_factory=control.Memory)
+    memory: policyloop.Memory = field(default_factory=policyloop.Memory)
     evidence: bool = False  # the last observation succeeded
     blocked: tuple[str, str] | None = None  # (reason, message): Enforce may not touch it
     operation: operation.OperationState | None = None  # the one in progress, if any

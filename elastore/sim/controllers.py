@@ -32,7 +32,7 @@ from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.online import CapacityLearner
-from elastore.planner import Operation, PlannerConfig
+from elastore.planner import Operation, PlannerConfig, admission
 from elastore.planner.loop import (
     Decision,
     Forecast,
@@ -320,9 +320,16 @@ class ProRenaTaController(_Forecasting):
         self.memory = d.memory
         self.decisions.append(d)
         current = ctx.op.to_replicas if ctx.op is not None else ctx.serving
-        points = set_points(d, current)
-        if not scale_in:  # below the confidence threshold: scale-out only, as the operator
-            points = [(t, max(n, current)) for t, n in points]
+        # the operator's own gates (planner.admission), with what the simulator knows: the
+        # learned model's confidence (the cluster is never paused, contended or blind here)
+        facts = admission.Facts(enforce=True, learning=None if scale_in else
+                                "the learned capacity model is not yet confident")
+        points = []
+        for t, n in set_points(d, current):
+            kind: admission.Kind = "ScaleIn" if n < current else "ScaleOut"
+            held = n != current and admission.admit(
+                admission.Intent(kind, n, current), facts) is not None
+            points.append((t, current if held else n))
         return points
 
     def on_tick(self, ctx: Context) -> SetPoints:
@@ -439,7 +446,7 @@ class OperatorController(Controller):
 
     def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
         from elastore.errors import ElastoreError
-        from elastore.operator.control import planner_config
+        from elastore.operator.policyloop import planner_config
         from elastore.operator.runner import Runner
         from elastore.operator.spec import parse
         from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics

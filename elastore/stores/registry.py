@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from elastore.operator.spec import PolicySpec
     from elastore.stores.base import StoreDriver
+    from elastore.stores.exporter import Exporter
 
 
 @dataclass(frozen=True)
@@ -20,17 +21,25 @@ class Store:
     store: str  # spec.target.store
     kind: str  # spec.target.kind
     driver: str  # "module:Class", imported when a policy needs it
+    #: "module:NAME" of its exporters' presets (name -> Exporter), and the one a policy
+    #: that names none reads
+    presets: str
+    default_preset: str
     summary: str
 
 
 #: every store and kind of target a policy may name
 STORES: tuple[Store, ...] = (
-    Store("cassandra", "cassandra", "StatefulSet", "elastore.stores.cassandra:CassandraDriver",
+    Store("cassandra", "cassandra", "StatefulSet",
+          "elastore.stores.cassandra.driver:CassandraDriver",
+          "elastore.stores.cassandra.presets:PRESETS", "jmx-exporter",
           "replicas up; decommission, then replicas down; cleanup after a scale-out"),
     Store("cass-operator", "cassandra", "CassandraDatacenter",
-          "elastore.stores.cass_operator:DatacenterDriver",
+          "elastore.stores.cass_operator.driver:DatacenterDriver",
+          "elastore.stores.cassandra.presets:PRESETS", "management-api",
           "spec.size in rack-balanced steps; cass-operator adds and decommissions nodes"),
-    Store("swift", "swift", "StatefulSet", "elastore.stores.swift:SwiftDriver",
+    Store("swift", "swift", "StatefulSet", "elastore.stores.swift.driver:SwiftDriver",
+          "elastore.stores.swift.presets:PRESETS", "swift-statsd",
           "rings and replicas: add the device; drain, remove it, then replicas down"),
 )
 
@@ -53,6 +62,13 @@ def entry(store: str, kind: str) -> Store | None:
 def served() -> str:
     """The pairs served, for an error message."""
     return ", ".join(f"{s.store} as {s.kind}" for s in STORES)
+
+
+def presets_of(s: Store) -> dict[str, Exporter]:
+    """The store's exporter presets, by name."""
+    module, _, name = s.presets.partition(":")
+    got: dict[str, Exporter] = getattr(importlib.import_module(module), name)
+    return got
 
 
 def driver_class(s: Store) -> type[StoreDriver]:

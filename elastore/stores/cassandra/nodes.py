@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from elastore.actuators.ports import ClusterPort
+from elastore.actuators.ports import ClusterPort, NodetoolPort
 from elastore.errors import ElastoreError
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import PolicySpec
@@ -17,6 +17,12 @@ log = logging.getLogger("elastore.operator")
 
 #: nodetool calls in flight at once (one per pod): throttles, repair reads
 MAX_PARALLEL_EXECS = 8
+
+
+def nodetool(port: ClusterPort) -> NodetoolPort:
+    """The port's nodetool calls (a Cassandra driver's ``refused`` said it has them)."""
+    assert isinstance(port, NodetoolPort)
+    return port
 
 
 class CassandraNodes:
@@ -34,6 +40,9 @@ class CassandraNodes:
 
     # -- what the operator lets a policy run -----------------------------------------------
     def refused(self, spec: PolicySpec, port: ClusterPort, allowed: Allowed) -> Why | None:
+        if not isinstance(port, NodetoolPort):
+            return ("TargetNotSupported", "this operator's cluster port cannot run nodetool "
+                                          "in pods")
         if spec.enforce and tuple(spec.target.nodetool) not in allowed.nodetools:
             names = "; ".join(" ".join(c) for c in allowed.nodetools)
             return ("NodetoolNotAllowed", f"spec.target.nodetool "
@@ -132,8 +141,8 @@ class CassandraNodes:
 
         def one(pod: str) -> str | None:
             try:
-                call.port.set_stream_throughput(call.namespace, [pod], spec.target.container,
-                                                spec.target.nodetool, rate)
+                nodetool(call.port).set_stream_throughput(
+                    call.namespace, [pod], spec.target.container, spec.target.nodetool, rate)
             except ElastoreError as exc:
                 return str(exc)
             return None
@@ -156,8 +165,8 @@ class CassandraNodes:
 
         def ask(pod: str) -> str | None:
             try:
-                return call.port.repair_running(call.namespace, pod, spec.target.container,
-                                                spec.target.nodetool)
+                return nodetool(call.port).repair_running(
+                    call.namespace, pod, spec.target.container, spec.target.nodetool)
             except ElastoreError as exc:
                 return f"its repairs could not be read ({str(exc)[:200]})"
 
@@ -187,7 +196,7 @@ class CassandraNodes:
         if not pod:
             return "no pod to read the ring through"
         try:
-            ring = call.port.ring(call.namespace, pod, spec.target.container,
+            ring = nodetool(call.port).ring(call.namespace, pod, spec.target.container,
                                   spec.target.nodetool)
         except ElastoreError as exc:
             return f"the ring could not be read through {pod}: {exc}"
