@@ -1,4 +1,4 @@
-"""How well the interference learner (elastore.models.interference) recovers a known g(i),
+"""How well the interference learner (elastore.hubbub.effect) recovers a known g(i),
 against the issue's suggested method, on synthetic measurements of a known M/M/1 law.
 
     .venv/bin/python benchmarks/interference_learner.py
@@ -29,12 +29,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from elastore.models.capacity import CLIP_X_SLO, CapacityModel
-from elastore.models.interference import (
+from elastore.hubbub.effect import (
     InterferenceEffect,
     InterferenceLearner,
     log_definition,
 )
+from elastore.models.capacity import CLIP_X_SLO, CapacityModel
 from elastore.models.synthetic import LatencyLaw
 
 SLO = 30.0

@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from elastore.agent.interference import CgroupLayout, PodRef, Probe
+from elastore.hubbub.probe import CgroupLayout, PodRef, Probe
 
 CG = Path("/sys/fs/cgroup")
 

@@ -161,7 +161,13 @@ def test_the_preset_enum_is_the_presets_and_its_default_follows_the_target() -> 
     """No schema default: the API server would write it into every policy, and the parser
     could not tell a datacenter's (management-api) from a StatefulSet's (jmx-exporter)."""
     from elastore.operator.presets import DEFAULT_PRESET, PRESETS
-    from elastore.operator.spec import DATACENTER_PRESET
+    from elastore.stores.registry import entry
+
+    # the Management API's /metrics, which cass-operator's pods serve
+    # (k8ssandra/management-api-for-apache-cassandra): each store's default is its registry's
+    dc_store = entry("cassandra", "CassandraDatacenter")
+    assert dc_store is not None
+    DATACENTER_PRESET = dc_store.default_preset
 
     node = dict(walk(schema()))["spec.metrics.prometheus.preset"]
     assert node["enum"] == list(PRESETS) and "default" not in node
@@ -173,7 +179,7 @@ def test_the_preset_enum_is_the_presets_and_its_default_follows_the_target() -> 
     assert sw is not None
     assert (sts.preset, dc.preset, sw.preset) == (DEFAULT_PRESET, DATACENTER_PRESET,
                                                   "swift-statsd")
-    assert DATACENTER_PRESET != DEFAULT_PRESET
+    assert DATACENTER_PRESET == "management-api" != DEFAULT_PRESET == "jmx-exporter"
     given = {**MINIMAL, "target": {**MINIMAL["target"], "kind": "CassandraDatacenter"},
              "metrics": {"prometheus": {**MINIMAL["metrics"]["prometheus"], "preset": "mcac"}}}
     assert parse(given).prometheus.preset == "mcac"  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ and the cluster's totals back.
 
 The series are written to each exporter's documented output, not recorded from a running
 exporter (Instaclustr's agent, MCAC and the Management API agent are not on Maven Central;
-each writer cites the source it follows, as elastore/operator/presets.py does). The lab
+each writer cites the source it follows, as elastore/stores/cassandra/presets.py does). The lab
 preset and the JMX exporter's example configuration also run against real Cassandra
 (tests/test_cassandra_lab.py)."""
 

@@ -1,4 +1,4 @@
-"""The interference effect g(i) (elastore.models.interference) and the capacity model that
+"""The interference effect g(i) (elastore.hubbub.effect) and the capacity model that
 uses it: the learner recovers a known g from synthetic measurements of a known M/M/1 law,
 stays monotone, skips and counts what it cannot use (never reads a gap as 0), and continues
 identically after a restart from its JSON state; the capacity model with an effect is exact
@@ -20,18 +20,18 @@ import pytest
 from click.testing import CliRunner
 
 from elastore.cli import cli, register
+from elastore.hubbub.effect import (
+    G_MAX,
+    InterferenceEffect,
+    InterferenceError,
+    InterferenceLearner,
+)
 from elastore.models import ModelSet
 from elastore.models.capacity import (
     CLIP_X_SLO,
     CapacityModel,
     InterferenceClampWarning,
     ModelError,
-)
-from elastore.models.interference import (
-    G_MAX,
-    InterferenceEffect,
-    InterferenceError,
-    InterferenceLearner,
 )
 from elastore.models.synthetic import LatencyLaw
 from elastore.resources import builtin_model

@@ -31,7 +31,8 @@ import pytest
 from elastore.agent import perf
 from elastore.agent.agent import Agent, AgentMetrics
 from elastore.agent.cli import _seconds, readings_json
-from elastore.agent.interference import (
+from elastore.agent.perf import HwCounters, HwTotals
+from elastore.hubbub.probe import (
     CPU_TERM,
     INDEX_TERMS,
     CgroupFinder,
@@ -52,7 +53,6 @@ from elastore.agent.interference import (
     probed_pods,
     readings_between,
 )
-from elastore.agent.perf import HwCounters, HwTotals
 
 DATA = Path(__file__).resolve().parent / "data" / "probe"
 POD_A = "6f1c2a4e-3b5d-4e7f-9a1b-2c3d4e5f6a7b"  # busy, a competitor on its CPU
@@ -447,7 +447,7 @@ def test_hw_counters_degrade_for_real_on_this_machine(caplog: pytest.LogCaptureF
     assert hw.fds == [] and hw.read() is None
     assert hw.error is not None
     assert re.fullmatch(r"perf_event_open\(instructions, cpu \d+\): E[A-Z]+ \(.+\)", hw.error)
-    with caplog.at_level(logging.WARNING, logger="elastore.agent.interference"):
+    with caplog.at_level(logging.WARNING, logger="elastore.hubbub.probe"):
         probe = Probe(window_s=0.2)
         for _ in range(3):
             probe.observe([])

@@ -110,7 +110,7 @@ LEVELS = {"disk": 4}
 def test_the_index_rises_under_each_co_runner_kind_and_falls_back() -> None:
     import shutil
 
-    from elastore.agent.interference import combine, group_components, read_group
+    from elastore.hubbub.probe import combine, group_components, read_group
     from elastore.lab import cgroups
     from elastore.lab.corunners import KINDS, CoRunner
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from elastore.models import ModelSet
-from elastore.operator import control
+from elastore.operator import policyloop
 from elastore.operator.metrics import Snapshot
 from elastore.operator.spec import parse
 from elastore.planner import Operation
@@ -114,7 +114,7 @@ def test_the_operator_and_the_simulator_make_the_same_decisions(
     doc["prediction"]["horizon"] = horizon
     doc["planner"] = {"mode": mode, "lookahead": "1200s"}
     spec = parse(doc)
-    cfg = control.planner_config(spec)
+    cfg = policyloop.planner_config(spec)
     knots, history, data = scenario(ms)
     sim = ProRenaTaController(method="persistence", mode=mode.lower())
     sim.windows_ahead = 2  # the simulator's lookahead, in periods: the spec's 1200 s
@@ -136,9 +136,9 @@ def test_the_operator_and_the_simulator_make_the_same_decisions(
         snap = Snapshot(at_s=now, load_rps=float(knots[k]), read_ratio=0.95, data_bytes=data,
                         migration_mibps=None,
                         history_rps=np.concatenate([history, knots[: k + 1]]), step_s=PERIOD)
-        o = control.decide(spec, snap, replicas, ms, control.memory_from_status(op_status),
+        o = policyloop.decide(spec, snap, replicas, ms, policyloop.memory_from_status(op_status),
                            operation=op)
-        op_status = {"memory": control.memory_to_status(o.memory)}
+        op_status = {"memory": policyloop.memory_to_status(o.memory)}
         if mode == "Horizon":
             assert o.forecast.path is not None and s.forecast.path is not None
             assert np.allclose(o.forecast.path.scenarios_rps, s.forecast.path.scenarios_rps)
@@ -176,7 +176,7 @@ def test_the_operator_and_the_simulator_make_the_same_decisions(
 def test_a_memory_from_before_the_status_round_trip_is_the_same(ms: ModelSet) -> None:
     m = Memory(forecast_rps=12.5, forecast_for_s=1200.0, recent_desired=((0.0, 5),),
                window_end_s=1200.0, actions=(_a(300.0, 4),))
-    assert control.memory_from_status({"memory": control.memory_to_status(m)}) == m
-    assert set_points(control.decide(parse(copy.deepcopy(SPEC)), Snapshot(
+    assert policyloop.memory_from_status({"memory": policyloop.memory_to_status(m)}) == m
+    assert set_points(policyloop.decide(parse(copy.deepcopy(SPEC)), Snapshot(
         at_s=0.0, load_rps=10.0, read_ratio=0.95, data_bytes=GIB, migration_mibps=None,
         history_rps=np.full(5, 10.0), step_s=PERIOD), 3, ms, Memory()), 3) == [(0.0, 3)]

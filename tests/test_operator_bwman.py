@@ -21,7 +21,7 @@ from elastore.actuators.nodetool import stream_setting
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
 from elastore.models.bandwidth import BandwidthModels
-from elastore.operator import bandwidth, control
+from elastore.operator import bandwidth, policyloop
 from elastore.operator.metrics import Snapshot
 from elastore.operator.runner import Runner
 from elastore.operator.spec import MIN_NODE_MBIT, PolicySpec, SpecError, parse
@@ -78,12 +78,12 @@ def snapshot(load_rps: float) -> Snapshot:
 
 
 def decide(ms: ModelSet, planner: str, policy: str, node_mbit: float | None,
-           load_rps: float) -> tuple[PolicySpec, control.Decision]:
+           load_rps: float) -> tuple[PolicySpec, policyloop.Decision]:
     s = spec_of(planner__mode=planner, migration__policy=policy, mode="Recommend")
     if node_mbit is not None:
         s["bandwidth"] = {"nodeMbit": node_mbit}
     spec = parse(s)
-    return spec, control.decide(spec, snapshot(load_rps), 3, ms, control.Memory())
+    return spec, policyloop.decide(spec, snapshot(load_rps), 3, ms, policyloop.Memory())
 
 
 @pytest.mark.parametrize("planner", ["Window", "Horizon"])
@@ -95,7 +95,7 @@ def test_bwman_policy_changes_the_decision_when_the_link_is_short(ms: ModelSet,
     load = 3 * 0.5 * float(ms.capacity.capacity(0.95, 0, 0))
     spec_c, clients = decide(ms, planner, "PreferClients", 40.0, load)
     spec_m, migration = decide(ms, planner, "PreferMigration", 40.0, load)
-    assert control.planner_config(spec_c).total_bandwidth_mbit == 40.0
+    assert policyloop.planner_config(spec_c).total_bandwidth_mbit == 40.0
     # the plan's migration rate: the split of the link, by the policy
     assert clients.migration_mibps < migration.migration_mibps < 24.0
     assert clients.plan.bandwidth is not None and migration.plan.bandwidth is not None

@@ -15,12 +15,12 @@ import pytest
 from elastore.actuators import nodetool
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
-from elastore.operator import control, operation
+from elastore.operator import operation, policyloop
+from elastore.operator.conditions import set_condition
 from elastore.operator.metrics import MetricsError, Snapshot
 from elastore.operator.presets import PRESETS, QUERY_NAMES
 from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import SpecError, parse, parse_duration
-from elastore.operator.status import set_condition
 from elastore.units import GIB
 
 BASE: dict[str, Any] = {
@@ -146,7 +146,7 @@ def test_default_queries_take_the_selector() -> None:
 def test_interference_modes_and_the_query_override() -> None:
     """Absent: Auto; true and false as given; the policy's own query replaces the agent's;
     the latency query reads the SLO's percentile (Cassandra's timers are microseconds)."""
-    from elastore.operator import interference as hubbub
+    from elastore.hubbub import policy as hubbub
 
     auto = parse(spec_with(metrics=PROM))
     assert auto.interference is None and hubbub.mode(auto) == "Auto"
@@ -169,7 +169,7 @@ def test_interference_modes_and_the_query_override() -> None:
 
 
 def test_reading_the_index_by_mode_never_a_missing_one_as_zero() -> None:
-    from elastore.operator import interference as hubbub
+    from elastore.hubbub import policy as hubbub
 
     def missing() -> float:
         raise MetricsError("MetricsMissing", "interference: Prometheus returned no series")
@@ -206,8 +206,8 @@ def test_the_learned_effect_raises_the_plan_and_its_state_round_trips(ms: ModelS
     load; the state in the status reads back the same; a garbled one is forgotten."""
     import json
 
-    from elastore.models.interference import InterferenceEffect
-    from elastore.operator import interference as hubbub
+    from elastore.hubbub import policy as hubbub
+    from elastore.hubbub.effect import InterferenceEffect
 
     spec = fast_spec()
     snap = snapshot([800.0] * 10)  # 200 requests/s per node: the steep part of its curve
@@ -225,9 +225,9 @@ def test_the_learned_effect_raises_the_plan_and_its_state_round_trips(ms: ModelS
     assert "node step" in hubbub.learn(learner, ms.capacity, snap, 4, 0.4, lat, True, prior)
     assert learner.skipped["missing"] == 1 and learner.observations == 1
     effect = learner.effect(prior)
-    aware = control.decide(spec, snap, 3, hubbub.planning_models(ms, effect), control.Memory(),
-                           interference=0.4)
-    blind = control.decide(spec, snap, 3, ms, control.Memory())
+    aware = policyloop.decide(spec, snap, 3, hubbub.planning_models(ms, effect),
+                              policyloop.Memory(), interference=0.4)
+    blind = policyloop.decide(spec, snap, 3, ms, policyloop.Memory())
     assert aware.desired_replicas > blind.desired_replicas == 3
     assert aware.plan.details["capacity_rps"] == pytest.approx(
         blind.plan.details["capacity_rps"] / float(effect.factor(0.4)))
@@ -401,23 +401,23 @@ def fast_spec(**kw: Any) -> Any:
 def test_a_rising_load_plans_a_scale_out_at_absolute_times(ms: ModelSet) -> None:
     per = float(ms.capacity.capacity(0.95, 0, 0)) * 0.9
     hist = list(np.linspace(2.0 * per, 3.9 * per, 20))  # rising towards 4 servers' worth
-    d = control.decide(fast_spec(), snapshot(hist), 3, ms, control.Memory())
+    d = policyloop.decide(fast_spec(), snapshot(hist), 3, ms, policyloop.Memory())
     # 20 steps are too few for prorenata: it says so and forecasts persistence
     assert "persistence (fallback" in d.method and d.forecast_rps == pytest.approx(hist[-1])
     assert d.desired_replicas >= 4 and d.actions
     assert all(a.at_s >= 10_000.0 for a in d.actions)
     assert d.actions[-1].replicas == d.desired_replicas
     assert d.memory.forecast_for_s == pytest.approx(10_060.0)
-    assert control.target_at(d.actions, d.actions[0].at_s, 3) == d.actions[0].replicas
-    assert control.target_at(d.actions, 9_999.0, 3) == 3
+    assert policyloop.target_at(d.actions, d.actions[0].at_s, 3) == d.actions[0].replicas
+    assert policyloop.target_at(d.actions, 9_999.0, 3) == 3
 
 
 def test_the_memory_gives_the_next_period_its_prediction_error(ms: ModelSet) -> None:
     per = float(ms.capacity.capacity(0.95, 0, 0)) * 0.9
-    first = control.decide(fast_spec(), snapshot([2 * per] * 10), 3, ms, control.Memory())
-    back = control.memory_from_status({"memory": control.memory_to_status(first.memory)})
+    first = policyloop.decide(fast_spec(), snapshot([2 * per] * 10), 3, ms, policyloop.Memory())
+    back = policyloop.memory_from_status({"memory": policyloop.memory_to_status(first.memory)})
     assert back == first.memory
-    second = control.decide(fast_spec(), snapshot([2 * per] * 10 + [2.2 * per],
+    second = policyloop.decide(fast_spec(), snapshot([2 * per] * 10 + [2.2 * per],
                                                   now=10_060.0), 3, ms, back)
     assert second.predicted_now_rps == pytest.approx(first.forecast_rps)
     assert second.forecast_error == pytest.approx(2.2 * per / first.forecast_rps - 1)
@@ -425,7 +425,7 @@ def test_the_memory_gives_the_next_period_its_prediction_error(ms: ModelSet) -> 
 
 def test_no_history_is_an_error_not_a_zero(ms: ModelSet) -> None:
     with pytest.raises(MetricsError, match="no load history"):
-        control.decide(fast_spec(), snapshot([float("nan")] * 5), 3, ms, control.Memory())
+        policyloop.decide(fast_spec(), snapshot([float("nan")] * 5), 3, ms, policyloop.Memory())
 
 
 def test_steps_before_the_series_began_are_not_history(ms: ModelSet) -> None:
@@ -434,7 +434,7 @@ def test_steps_before_the_series_began_are_not_history(ms: ModelSet) -> None:
     the seasonal fallback and forecast from the void)."""
     per = float(ms.capacity.capacity(0.95, 0, 0)) * 0.9
     hist = [float("nan")] * 300 + list(np.linspace(per, 2 * per, 20))
-    d = control.decide(fast_spec(), snapshot(hist), 3, ms, control.Memory())
+    d = policyloop.decide(fast_spec(), snapshot(hist), 3, ms, policyloop.Memory())
     assert "persistence (fallback: 20 of" in d.method, d.method
     assert d.forecast_rps == pytest.approx(2 * per)
 
@@ -455,13 +455,13 @@ def test_the_operator_asks_for_enough_history_for_its_method() -> None:
     from elastore.predictor.registry import make
 
     for method in ("prorenata", "persistence"):
-        assert control.history_steps(method) >= make(method).min_history
-    assert control.history_steps("persistence") == control.HISTORY_STEPS
+        assert policyloop.history_steps(method) >= make(method).min_history
+    assert policyloop.history_steps("persistence") == policyloop.HISTORY_STEPS
 
 
 def test_a_garbled_memory_is_forgotten_not_trusted() -> None:
-    assert control.memory_from_status({"memory": {"actions": [{"replicas": "x"}]}}) == \
-        control.Memory()
+    assert policyloop.memory_from_status({"memory": {"actions": [{"replicas": "x"}]}}) == \
+        policyloop.Memory()
 
 
 def test_stabilization_remembers_recommendations_not_its_own_output(ms: ModelSet) -> None:
@@ -472,15 +472,15 @@ def test_stabilization_remembers_recommendations_not_its_own_output(ms: ModelSet
                            planner={"mode": "Window"},
                            metrics=PROM, scaleDown={"stabilizationSeconds": 180},
                            migration={"nodeOverheadSeconds": 0}))
-    mem = control.Memory()
+    mem = policyloop.Memory()
     high = [3.5 * per] * 10
-    d = control.decide(spec, snapshot(high, now=10_000.0), 4, ms, mem)
+    d = policyloop.decide(spec, snapshot(high, now=10_000.0), 4, ms, mem)
     assert d.desired_replicas == 4
     mem = d.memory
     seen = []
     for k in range(1, 7):  # the load falls to 2.5 servers' worth at t = 10 060
         now = 10_000.0 + 60 * k
-        d = control.decide(spec, snapshot(high + [2.5 * per] * k, now=now), 4, ms, mem)
+        d = policyloop.decide(spec, snapshot(high + [2.5 * per] * k, now=now), 4, ms, mem)
         mem = d.memory
         seen.append((now - 10_000.0, d.desired_replicas))
         assert len(mem.recent_desired) <= 2  # only possible maxima are kept
@@ -502,18 +502,18 @@ def test_a_planned_start_is_never_pushed_back_by_the_next_period(ms: ModelSet) -
     def snap(history: list[float], now: float) -> Snapshot:
         return snapshot(history, now=now, data_bytes=small)
 
-    first = control.decide(spec, snap(high, now=10_000.0), 3, ms, control.Memory())
+    first = policyloop.decide(spec, snap(high, now=10_000.0), 3, ms, policyloop.Memory())
     (a,) = [x for x in first.actions if x.replicas == 4]
     assert a.at_s > 10_060.0  # the last moment of this window, after the next period
-    fresh = control.decide(spec, snap(high, now=10_060.0), 3, ms, control.Memory())
+    fresh = policyloop.decide(spec, snap(high, now=10_060.0), 3, ms, policyloop.Memory())
     assert next(x.at_s for x in fresh.actions if x.replicas == 4) > a.at_s  # would slip
-    second = control.decide(spec, snap(high, now=10_060.0), 3, ms, first.memory)
+    second = policyloop.decide(spec, snap(high, now=10_060.0), 3, ms, first.memory)
     kept = [x for x in second.actions if x.replicas == 4]
     assert kept and kept[0].at_s == a.at_s and "kept at its first" in kept[0].reason
-    assert control.target_at(second.actions, a.at_s, 3) == 4
+    assert policyloop.target_at(second.actions, a.at_s, 3) == 4
     # the load falls back to 3 servers' worth: the pending scale-out is dropped
     low = high + [2.0 * per] * 3
-    third = control.decide(spec, snap(low, now=10_060.0), 3, ms, first.memory)
+    third = policyloop.decide(spec, snap(low, now=10_060.0), 3, ms, first.memory)
     assert not [x for x in third.actions if x.replicas == 4]
 
 
@@ -700,7 +700,7 @@ def test_calibration_steps_set_how_long_a_surge_widens_the_scenarios() -> None:
     def top(**pred: Any) -> float:
         spec = parse(spec_with(controlPeriod="60s", metrics=PROM, prediction={
             "method": "persistence", "horizon": "60s", "step": "60s", **pred}))
-        fc = control.forecast(spec, snap)
+        fc = policyloop.forecast(spec, snap)
         assert fc.path is not None
         return float(fc.path.scenarios_rps[-1][0])  # the top scenario, one step ahead
 

@@ -652,7 +652,7 @@ def test_a_scale_out_that_falls_due_during_a_slow_tick_starts_in_that_tick(
 
 
 def iso_of(epoch: float) -> str:
-    from elastore.operator.status import iso
+    from elastore.operator.conditions import iso
 
     return iso(epoch)
 

@@ -249,20 +249,26 @@ def test_forged_swift_removal_the_runner_touches_nothing(monkeypatch: pytest.Mon
     Conflict condition (StatusRejected) with a Warning Event, and no ring change, scale,
     mark or deletion is even attempted."""
     from elastore.actuators.ports import StatefulSetFacts
-    from elastore.operator.runner import Runner, _Tick
+    from elastore.operator import stepping
+    from elastore.operator.runner import Runner
+    from elastore.operator.tick import Tick as _Tick
     from elastore.sim.kube import MemoryPolicies
+    from elastore.stores.base import Target
+    from elastore.stores.swift.driver import SwiftDriver
 
     body = {**spec(swift={"ringConfigMap": "rings"}), "mode": "Enforce"}
     policies = MemoryPolicies.of("store", "objects", body)
     port = _RecordingPort()
     runner = Runner("store", "objects", policies, port, lambda _s: None)  # type: ignore[arg-type]
-    t = _Tick(body=policies.body, now=1001.0, status={}, conds=[], gen=1, spec=parse(body),
-              sts=StatefulSetFacts("swift", 4, 4, 4, "data", None, managed=True))
-    monkeypatch.setattr(runner, "_swift_facts", lambda _t, _op: facts(
-        spec_replicas=4, weight=100.0, partitions=96))
     op = replace(in_op(), phase=phase)
-    new, done = runner._advance_swift(t, op)
-    assert (new, done) == (op, False) and port.calls == []
+    sts = StatefulSetFacts("swift", 4, 4, 4, "data", None, managed=True)
+    t = _Tick(body=policies.body, now=1001.0, status={"operation": op.to_status()}, conds=[],
+              gen=1, spec=parse(body), sts=sts, target=Target(sts), driver=SwiftDriver())
+    monkeypatch.setattr(t.driver, "_facts", lambda _call, _op: facts(
+        spec_replicas=4, weight=100.0, partitions=96))
+    assert stepping.continue_operation(runner, t) is True  # still "running": held, not dropped
+    assert t.operation is not None and replace(t.operation, id=op.id) == op
+    assert port.calls == []
     assert t.blocked is not None and t.blocked[0] == "StatusRejected"
     conflict = next(c for c in t.conds if c["type"] == "Conflict")
     assert (conflict["status"], conflict["reason"]) == ("True", "StatusRejected")

@@ -8,7 +8,8 @@
 * **CassandraDatacenters** (cass-operator): ``spec.size`` patched with a compare-and-set,
   the racks' StatefulSets (owned by the datacenter) and their pods read.
 
-It implements :class:`elastore.actuators.ports.ClusterPort` and
+It implements :class:`elastore.actuators.ports.ClusterPort`,
+:class:`~elastore.actuators.ports.NodetoolPort` and
 :class:`~elastore.actuators.ports.DatacenterPort`.
 
 Every call names what failed; nothing here decides anything.

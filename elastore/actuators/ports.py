@@ -85,8 +85,11 @@ class DatacenterPort(Protocol):
 
 
 class ClusterPort(Protocol):
-    """The reads and effects of one storage StatefulSet and its pods. Every method names
-    what failed with an :class:`~elastore.errors.ElastoreError`; none decides anything."""
+    """The reads and effects of one storage StatefulSet, its pods and their volumes, whatever
+    the store. Every method names what failed with an :class:`~elastore.errors.ElastoreError`;
+    none decides anything. A store's own calls are in a port of its own
+    (:class:`NodetoolPort`, :class:`DatacenterPort`, :class:`SwiftPort`), which only its
+    driver narrows to."""
 
     def statefulset(self, ns: str, name: str) -> StatefulSetFacts | None:
         """The StatefulSet's replicas and volume template; None if it does not exist."""
@@ -108,6 +111,30 @@ class ClusterPort(Protocol):
         it does not exist, is being deleted, or is not Running and ready. A new value means
         a new process in the container: whatever was set in it at run time (the stream
         throttle) is gone."""
+
+    def pvc_exists(self, ns: str, name: str) -> bool: ...
+
+    def mark_pvc(self, ns: str, name: str, value: str) -> None:
+        """Annotate the PVC with :data:`LEFT_RING_ANNOTATION` (a PVC already gone is not an
+        error)."""
+
+    def pvc_mark(self, ns: str, name: str) -> tuple[str, str | None] | None:
+        """The PVC's UID and the value of its :data:`LEFT_RING_ANNOTATION` (None: it
+        carries none); None if the PVC does not exist."""
+
+    def unmark_pvc(self, ns: str, name: str) -> None:
+        """Remove :data:`LEFT_RING_ANNOTATION` from the PVC (its ordinal is coming back; a
+        PVC already gone or unmarked is not an error)."""
+
+    def delete_pvc(self, ns: str, name: str) -> None:
+        """Delete a PVC (one already gone is not an error)."""
+
+
+@runtime_checkable
+class NodetoolPort(Protocol):
+    """Cassandra's calls, ``nodetool`` in a pod (``container``, the policy's allowed
+    ``nodetool`` command): a node's ring mode and view of the ring, its decommission,
+    cleanup, repairs and throttles."""
 
     def node_mode(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
                   ) -> str | None:
@@ -156,23 +183,6 @@ class ClusterPort(Protocol):
         """Every listed node's outgoing stream throttle; the MiB/s actually set. Tries every
         pod; if any failed, raises naming each one that did (the others are set): the
         operator calls it one pod at a time, to know which."""
-
-    def pvc_exists(self, ns: str, name: str) -> bool: ...
-
-    def mark_pvc(self, ns: str, name: str, value: str) -> None:
-        """Annotate the PVC with :data:`LEFT_RING_ANNOTATION` (a PVC already gone is not an
-        error)."""
-
-    def pvc_mark(self, ns: str, name: str) -> tuple[str, str | None] | None:
-        """The PVC's UID and the value of its :data:`LEFT_RING_ANNOTATION` (None: it
-        carries none); None if the PVC does not exist."""
-
-    def unmark_pvc(self, ns: str, name: str) -> None:
-        """Remove :data:`LEFT_RING_ANNOTATION` from the PVC (its ordinal is coming back; a
-        PVC already gone or unmarked is not an error)."""
-
-    def delete_pvc(self, ns: str, name: str) -> None:
-        """Delete a PVC (one already gone is not an error)."""
 
 
 #: the label a ConfigMap must carry for the operator to change the Swift rings in it: a

@@ -37,8 +37,8 @@ from elastore.actuators.tc import (
     ifb_name,
 )
 from elastore.agent.desired import PodTarget, Problem, desired
-from elastore.agent.interference import PodRef, Probe, Readings, probed_pods
 from elastore.errors import ElastoreError
+from elastore.hubbub.probe import PodRef, Probe, Readings, probed_pods
 
 log = logging.getLogger("elastore.agent")
 

@@ -99,7 +99,7 @@ def run_cmd(node: str, period_s: float, namespaces: tuple[str, ...], kubeconfig:
     import logging
 
     from elastore.agent.agent import Agent, AgentMetrics, KubeReader, netlink_factory, serve
-    from elastore.agent.interference import Probe
+    from elastore.hubbub.probe import Probe
 
     logging.getLogger("elastore").setLevel(log_level.upper())
     if not node.strip():

@@ -14,7 +14,7 @@ cluster requests/s. Both are step functions over control periods.
 
 Controllers, each ``blind`` (interference-unaware) or ``hubbub`` (interference-aware):
 
-* **workload-based**: the operator's planner (``elastore.operator.control.decide``) on the
+* **workload-based**: the operator's planner (``elastore.operator.policyloop.decide``) on the
   observed client load, with the capacity model; ``hubbub`` passes the measured index and
   uses the model with the learned interference effect, ``blind`` passes 0;
 * **CPU-based**: sized on the store's measured CPU use, as an HPA on CPU would be:

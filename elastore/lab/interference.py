@@ -5,7 +5,7 @@ At each cluster load the sweep runs the store alone (a baseline point, again aft
 kind) and under each co-runner kind (:mod:`elastore.lab.corunners`) at each level, pinned
 to the store's CPUs. Every point holds for ``point_s`` seconds of constant open-loop load
 (``elastore load run``, reads 95 %); meanwhile the node agent's probe code
-(:mod:`elastore.agent.interference`) reads every node's cgroup (PSI, throttling) and the
+(:mod:`elastore.hubbub.probe`) reads every node's cgroup (PSI, throttling) and the
 machine's ``/proc/stat`` at the point's start and end, and the point's index is the mean of
 the nodes' pod-scope indices over the point.
 
@@ -173,7 +173,7 @@ class NodeProbe:
         self.proc_root = proc_root
 
     def snapshot(self) -> tuple[float, list[Any], Any]:
-        from elastore.agent.interference import parse_proc_stat, read_group
+        from elastore.hubbub.probe import parse_proc_stat, read_group
 
         stat = (self.proc_root / "stat").read_text()
         return (time.monotonic(), [read_group(a, b) for a, b in self.dirs],
@@ -183,7 +183,7 @@ class NodeProbe:
     def between(a: tuple[float, list[Any], Any], b: tuple[float, list[Any], Any]
                 ) -> tuple[float, dict[str, float], tuple[str, ...]]:
         """The mean pod-scope index of the nodes, their mean components, the terms."""
-        from elastore.agent.interference import combine, group_components, steal_fraction
+        from elastore.hubbub.probe import combine, group_components, steal_fraction
 
         dt = b[0] - a[0]
         steal = steal_fraction(a[2], b[2])

@@ -142,7 +142,7 @@ def pool_samples(samples: dict[str, FloatArray], key: FloatArray) -> dict[str, F
 #: how ``elastore models fit`` models interference: ``profiled``, the boosted fit's own
 #: axis (the paper's offline Hubbub-scale model, clamped past the largest profiled index);
 #: ``learned``, the effect g(i) learned from the samples' measured index on the
-#: interference-free slice (:mod:`elastore.models.interference`), defined on all of [0, 1]
+#: interference-free slice (:mod:`elastore.hubbub.effect`), defined on all of [0, 1]
 INTERFERENCE_EFFECTS = ("profiled", "learned")
 
 
@@ -180,7 +180,7 @@ def learn_interference(capacity: CapacityModel, samples: dict[str, FloatArray],
     (their measured ``interference`` column and latency), never forgetting (a profile's
     samples are all equally current); the samples without interference are observations
     too (they pin the bins near 0)."""
-    from elastore.models.interference import InterferenceLearner
+    from elastore.hubbub.effect import InterferenceLearner
 
     read = np.asarray(samples["read_rps"], dtype=float)
     load = read + np.asarray(samples["write_rps"], dtype=float)

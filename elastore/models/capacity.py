@@ -22,7 +22,7 @@ profiled axis raises :class:`InterferenceClampWarning` once per model).
 **Interference, two ways.** The *profiled* axis above is the paper's offline Hubbub-scale
 model: the boosted fit along the interference the profile recorded, clamped past its top.
 :meth:`CapacityModel.with_interference_effect` replaces it with an *effect* ``g(i)``
-(:mod:`elastore.models.interference`, learned from measurements, defined on all of [0, 1]):
+(:mod:`elastore.hubbub.effect`, learned from measurements, defined on all of [0, 1]):
 the interference-free slice serves ``L`` at index ``i`` as it serves ``L * g(i)`` at index 0,
 exactly (``latency(L, r, m, i) = latency0(L g(i), r, m)``,
 ``capacity(r, m, i) = capacity0(r, m) / g(i)``), so the planner and the simulator query it
@@ -59,7 +59,7 @@ import numpy.typing as npt
 from elastore.errors import ElastoreError
 
 if TYPE_CHECKING:
-    from elastore.models.interference import InterferenceEffect
+    from elastore.hubbub.effect import InterferenceEffect
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -508,7 +508,7 @@ class CapacityModel:
                              f"(this elastore reads {VERSION} and {VERSION_EFFECT})", where)
         effect = None
         if doc.get("version") == VERSION_EFFECT or "interference_effect" in doc:
-            from elastore.models.interference import InterferenceEffect, InterferenceError
+            from elastore.hubbub.effect import InterferenceEffect, InterferenceError
 
             try:
                 effect = InterferenceEffect.from_json(doc.get("interference_effect"), where)

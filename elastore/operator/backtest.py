@@ -25,10 +25,10 @@ from typing import Any
 
 from elastore.errors import MetricsError
 from elastore.models.bundle import ModelSet
-from elastore.operator import control
+from elastore.operator import policyloop
+from elastore.operator.conditions import iso
 from elastore.operator.metrics import MetricsSource
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 
 #: at most this many periods in one backtest (a week of 1-minute periods)
 MAX_PERIODS = 7 * 24 * 60
@@ -80,9 +80,9 @@ def replay(spec: PolicySpec, source: MetricsSource, models: ModelSet, start_s: f
            progress: Callable[[int, int, Row], None] | None = None) -> list[Row]:
     """One row per control period of ``[start_s, end_s]``."""
     times = periods(spec, start_s, end_s)
-    steps = control.history_steps(spec.prediction_method, control.path_steps(spec),
+    steps = policyloop.history_steps(spec.prediction_method, policyloop.path_steps(spec),
                                   spec.calibration_steps)
-    memory = control.Memory()
+    memory = policyloop.Memory()
     rows: list[Row] = []
     for k, t in enumerate(times):
         try:
@@ -91,11 +91,11 @@ def replay(spec: PolicySpec, source: MetricsSource, models: ModelSet, start_s: f
             if not n:
                 raise MetricsError("MetricsMissing", "no node reported at this time (give "
                                                      "--replicas to replay a known size)")
-            d = control.decide(spec, snap, n, models, memory)
+            d = policyloop.decide(spec, snap, n, models, memory)
             memory = d.memory
-            risk = control.slo_at_risk(models, d.forecast_rps, snap.read_ratio, n)
+            risk = policyloop.slo_at_risk(models, d.forecast_rps, snap.read_ratio, n)
             row = Row(t, True, n, round(snap.load_rps, 3), round(d.forecast_rps, 3),
-                      d.desired_replicas, control.would_scale(d.actions, t, n), risk,
+                      d.desired_replicas, policyloop.would_scale(d.actions, t, n), risk,
                       d.reason.splitlines()[0][:300] if d.reason else "")
         except MetricsError as exc:
             memory = memory.forgetting_the_forecast()

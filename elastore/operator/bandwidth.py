@@ -23,8 +23,8 @@ from typing import Any
 
 from elastore.models.bandwidth import Policy
 from elastore.models.bundle import ModelSet
+from elastore.operator.conditions import iso
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 from elastore.planner.bwman import BwManConfig, NodeObservation, decide, missing_regressions
 from elastore.planner.loop import Decision
 

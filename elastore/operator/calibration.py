@@ -28,9 +28,9 @@ from typing import Any
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel, ModelError
 from elastore.models.online import Calibration, CapacityLearner, scaled
+from elastore.operator.conditions import iso
 from elastore.operator.metrics import NodeReading
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 
 KEY = "model.json"
 SUFFIX = "-capacity-model"
@@ -149,3 +149,16 @@ def gate(cal: Calibration | None) -> str | None:
             f"the threshold: only scale-out until it is confident (status.model; "
             f"{cal.samples} observation(s), "
             f"{'border observed' if cal.border_observed else 'border not yet observed'})")
+
+
+def learning_hold(cal: Calibration | None, model_status: object) -> str | None:
+    """Why the learned model holds a scale-in: this period's calibration when one ran, else
+    what ``status.model`` last said (None: it does not)."""
+    if cal is not None:
+        return gate(cal)
+    m = model_status
+    if isinstance(m, dict) and m.get("source") == "learned" and \
+            m.get("scaleInAllowed") is False:
+        return (f"the learned capacity model's confidence is {m.get('confidence')}, below "
+                "the threshold: only scale-out until it is confident (status.model)")
+    return None

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 PAUSED_ANNOTATION = "elastore.io/paused"
+#: an annotation on a policy: stop the operation in progress safely and start no other
+ABORT_ANNOTATION = "elastore.io/abort"
 PAUSED_REPLICAS_ANNOTATION = "elastore.io/paused-replicas"
 
 
@@ -93,7 +95,7 @@ def pause_status(p: Pause, was: Any, now_s: float) -> dict[str, Any] | None:
 @dataclass(frozen=True)
 class Fallback:
     """``status.fallback``: consecutive failed observations, since when, and the plan the
-    last good one made (status form, :func:`elastore.operator.control.action_to_status`)."""
+    last good one made (status form, :func:`elastore.operator.policyloop.action_to_status`)."""
 
     failures: int = 0
     since_s: float | None = None
@@ -130,3 +132,71 @@ def observed(state: Fallback, ok: bool, now_s: float,
     if state.failures == 0:
         return Fallback(1, now_s, plan)
     return Fallback(state.failures + 1, state.since_s, state.actions)
+
+
+def fallback_scale_out(evidence: bool, behavior: str, threshold: int, state: Fallback) -> bool:
+    """Whether the fallback lets the last plan's scale-outs start (no evidence now)."""
+    return not evidence and behavior == "currentReplicasIfHigher" and state.active(threshold)
+
+
+def partial_metrics(observed: Mapping[str, Any]) -> str | None:
+    """Why no scale-in may start on this observation: it came from fewer nodes than were
+    ready, so the missing nodes' load is absent from the sum and reads as low load (None:
+    every ready node reported, or the counts are unknown)."""
+    nodes, ready = observed.get("nodes"), observed.get("readyReplicas")
+    if nodes is None or ready is None or int(nodes) >= int(ready):
+        return None
+    return (f"metrics from {nodes} of {ready} ready nodes (query freshness, by "
+            "spec.metrics.prometheus.podLabel): the missing nodes' load is not in the sum; "
+            "no scale-in until every node reports")
+
+
+def aborting(annotations: Mapping[str, Any] | None, enforce: bool, mode: str) -> str | None:
+    """Why no operation may go on: the abort annotation, or a mode other than Enforce."""
+    if ABORT_ANNOTATION in (annotations or {}):
+        return f"the policy carries the {ABORT_ANNOTATION} annotation"
+    if not enforce:
+        return f"the policy is in mode {mode}"
+    return None
+
+
+def pause_said(p: Pause, was: Any) -> tuple[tuple[str, str], tuple[str, str, bool] | None]:
+    """The ``Paused`` condition's (reason, message), and the Event to post (reason, message,
+    warning) when the pause starts, changes or ends (None: no news)."""
+    if p.on:
+        reason = "PausedAtReplicas" if p.replicas is not None else "Paused"
+        old = was if isinstance(was, dict) else None
+        news = old is None or old.get("message") != p.message
+        return (reason, p.message), ((reason, p.message, p.problem is not None) if news
+                                     else None)
+    ended = ("Resumed", "the pause annotations are gone: scaling follows the plan again",
+             False) if isinstance(was, dict) else None
+    return ("NotPaused", "scaling follows the plan"), ended
+
+
+def wanted(named: int | None, evidence: bool, fallback_ok: bool, plan: tuple[Any, ...],
+           saved: tuple[Any, ...], now_s: float, current: int) -> int | None:
+    """The replicas wanted now: ``paused-replicas``' size; else the plan's (made on this
+    period's evidence); else, the fallback in force, the last plan made on evidence, never
+    below ``current``; None without evidence and without the fallback (nothing is wanted)."""
+    from elastore.operator.policyloop import target_at
+
+    if named is not None:
+        return named
+    if evidence:
+        return target_at(plan, now_s, current)
+    if fallback_ok:
+        return max(current, target_at(saved, now_s, current))
+    return None
+
+
+def why_now(named: int | None, evidence: bool, plan: tuple[Any, ...], saved: tuple[Any, ...],
+            at: Any) -> str:
+    """What asked for a step, for its Event: paused-replicas, the fallback's saved plan, or
+    the plan (``at`` writes an epoch)."""
+    if named is not None:
+        return f"asked by {PAUSED_REPLICAS_ANNOTATION}={named}"
+    actions = plan if evidence else saved
+    src = "" if evidence else " (the fallback: the last plan made on evidence)"
+    return f"planned at {at(actions[0].at_s)}{src}" if actions else f"planned{src}"
+

@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 from elastore.actuators.ports import DatacenterFacts
 from elastore.errors import ElastoreError
+from elastore.operator.conditions import iso
 from elastore.operator.operation import (
     DEADLINE_FACTOR,
     DEADLINE_MARGIN_S,
@@ -39,7 +40,6 @@ from elastore.operator.operation import (
     expected_seconds,
     new_id,
 )
-from elastore.operator.status import iso
 
 Effect = Literal["none", "resize", "conflict", "stuck", "reject"]
 

@@ -11,7 +11,7 @@ kopf's operator memo.
 * **Leader election** is kopf peering: every replica takes a random priority, the highest
   acts and the others pause (their daemons are stopped) until its keep-alives stop.
 * **Metrics** (``/metrics``) and **Events** (one per decision and action): see
-  :mod:`elastore.operator.telemetry` and :mod:`elastore.operator.status`.
+  :mod:`elastore.operator.telemetry` and :mod:`elastore.operator.policyapi`.
 
 Run with ``elastore operator run`` (its flags set the options), or
 ``kopf run -m elastore.operator.handlers`` (the defaults of
@@ -105,8 +105,9 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
     """The policy's loop, until the policy is deleted or the operator stops or pauses."""
     assert namespace is not None  # ElasticPolicy is namespaced
     from elastore.actuators.k8s import KubeActuator
-    from elastore.operator.runner import Runner, prometheus_source
-    from elastore.operator.status import PolicyApi, kube_reader
+    from elastore.operator.metrics import prometheus_source
+    from elastore.operator.policyapi import PolicyApi, kube_reader
+    from elastore.operator.runner import Runner
 
     rt = runtime(memo)
     client = rt.api_client()
@@ -152,7 +153,7 @@ def release_finalizers(memo: Any, logger: kopf.Logger, **_: Any) -> None:
     an uninstall would then hang for ever. The next operator to serve a policy puts it back.
     An operator killed without a chance to run this (SIGKILL) leaves it: see the docs'
     "Deleting and uninstalling" for the way out."""
-    from elastore.operator.status import release_finalizer
+    from elastore.operator.policyapi import release_finalizer
 
     rt = runtime(memo)
     for ns, name in sorted(rt.served):

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from elastore.errors import ElastoreError, MetricsError
-from elastore.operator.spec import Prometheus
+from elastore.operator.spec import PolicySpec, Prometheus
 
 FloatArray = npt.NDArray[np.float64]
 __all__ = ["MetricsError", "MetricsSource", "NodeReading", "PrometheusSource", "Snapshot",
@@ -343,3 +343,19 @@ def mask_warmup(history: FloatArray, step_s: float, warmup_s: float) -> FloatArr
     first = int(finite[0])
     out[first:first + math.ceil(warmup_s / step_s)] = np.nan
     return out
+
+
+def prometheus_source(spec: PolicySpec, namespace: str, read: Reader | None = None
+                      ) -> MetricsSource:
+    """The policy's Prometheus; ``read`` resolves the Secrets and ConfigMaps its
+    credentials name (without it a policy that names any is an error)."""
+    if spec.prometheus is None:
+        raise MetricsError("NoMetrics", "spec.metrics.prometheus is not set: there is "
+                                        "nothing to forecast from")
+    cred = None
+    if spec.prometheus.auth.any:
+        if read is None:
+            raise ElastoreError("spec.metrics.prometheus names credentials, and this "
+                                "operator has no Kubernetes client to read them with")
+        cred = resolve_credentials(spec.prometheus, namespace, read)
+    return PrometheusSource(spec.prometheus, namespace, spec.target.name, credentials=cred)

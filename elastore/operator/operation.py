@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from elastore.errors import ElastoreError
-from elastore.operator.status import iso
+from elastore.operator.conditions import iso
 
 Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck",
                  "cleanup", "reject"]

@@ -16,10 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastore.errors import ElastoreError, MetricsError
-from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, SWIFT_PRESET
-from elastore.operator.specfields import ABSENT, declared, default
+from elastore.operator.fielddecl import ABSENT
+from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, default_preset
+from elastore.operator.specfields import declared, default
 from elastore.planner.behavior import Behavior, ScalingPolicy, ScalingRules
 from elastore.predictor.registry import DEFAULT_METHOD
+from elastore.stores.registry import entry, served
+from elastore.stores.swift import spec as swift_spec
+from elastore.stores.swift.spec import SwiftTarget
 
 GROUP = "elastore.io"
 VERSION = "v1alpha1"
@@ -49,7 +53,7 @@ OPTIONAL_QUERIES: tuple[str, ...] = ()
 #: container and account servers the proxy calls; the replicators' rsync (their data path).
 DEFAULT_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
     "cassandra": ((9042,), (7000, 7001)),
-    "swift": ((6200, 6201, 6202), (873,)),
+    "swift": (swift_spec.CLIENT_PORTS, swift_spec.STORAGE_PORTS),
 }
 #: ``spec.bandwidth.nodeMbit`` must exceed this: BwMan keeps a gossip margin for the storage
 #: class and a floor for the clients (:class:`~elastore.planner.bwman.BwManConfig`)
@@ -78,27 +82,6 @@ def parse_duration(text: str, where: str) -> float:
 #: ``spec.target.kind``: a bare StatefulSet, or a cass-operator datacenter
 DATACENTER = "CassandraDatacenter"
 TARGET_KINDS: tuple[str, ...] = declared("spec.target.kind").enum or ()
-#: the exporter a cass-operator datacenter runs: the Management API's /metrics, which
-#: cass-operator's pods serve (k8ssandra/management-api-for-apache-cassandra)
-DATACENTER_PRESET = "management-api"
-
-
-@dataclass(frozen=True)
-class SwiftTarget:
-    """``spec.target.swift``: where a Swift StatefulSet keeps its rings and devices. The
-    rings are a ConfigMap's files (``<kind>.builder`` or ``.builder.gz`` and
-    ``<kind>.ring.gz``) that every pod mounts at ``ring_dir``; the operator changes them.
-    Each pod has one device, ``device`` under ``devices_dir``, put in the rings at the
-    pod's IP with ``weight`` (zone: the pod's ordinal + 1)."""
-
-    ring_configmap: str | None = None
-    ring_dir: str = "/etc/swift"
-    devices_dir: str = "/srv/node"
-    device: str = "d1"
-    weight: float = 100.0
-    #: a command the operator's commands in the pods go through (``elastore operator run
-    #: --exec-prefix`` must allow it; empty: run as they are)
-    exec_prefix: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,7 +92,7 @@ class Target:
     store: str = "cassandra"
     container: str = "cassandra"
     nodetool: tuple[str, ...] = ("nodetool",)
-    swift: SwiftTarget = SwiftTarget()
+    swift: SwiftTarget = field(default_factory=SwiftTarget)
 
 
 @dataclass(frozen=True)
@@ -364,42 +347,6 @@ def _ports(v: Any, where: str) -> tuple[int, ...]:
     return tuple(v)
 
 
-_PATH = re.compile(r"^/[A-Za-z0-9_./-]{0,255}$")
-_DEVICE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-
-
-def _swift(w: Any, store: str) -> SwiftTarget:
-    """``spec.target.swift`` (only for ``store: swift``). Paths and the device are words,
-    never a shell line: the operator passes them as arguments of the commands it runs in
-    the pods."""
-    if w is None:
-        return SwiftTarget()
-    if not isinstance(w, dict):
-        raise SpecError("must be an object", "spec.target.swift")
-    if store != "swift":
-        raise SpecError("is for store: swift", "spec.target.swift")
-    cm = w.get("ringConfigMap")
-    if cm is not None and (not isinstance(cm, str) or not _NAME.match(cm) or len(cm) > 253):
-        raise SpecError(f"not a ConfigMap name: {cm!r}", "spec.target.swift.ringConfigMap")
-    out: dict[str, Any] = {}
-    for key, attr in (("ringDir", "ring_dir"), ("devicesDir", "devices_dir")):
-        v = _read(w, f"spec.target.swift.{key}")
-        if not isinstance(v, str) or not _PATH.match(v) or ".." in v.split("/"):
-            raise SpecError(f"must be an absolute path of letters, digits and _ . / - "
-                            f"(no ..), got {v!r}", f"spec.target.swift.{key}")
-        out[attr] = v.rstrip("/") or "/"
-    device = _read(w, "spec.target.swift.device")
-    if not isinstance(device, str) or not _DEVICE.match(device) or device in (".", ".."):
-        raise SpecError(f"not a device name: {device!r}", "spec.target.swift.device")
-    weight = _num(w.get("weight", default("spec.target.swift.weight")),
-                  "spec.target.swift.weight", 0, 1e6, lo_open=True)
-    prefix = w.get("execPrefix", [])
-    if not isinstance(prefix, list) or len(prefix) > 4 or not all(
-            isinstance(x, str) and _ARG.match(x) for x in prefix):
-        raise SpecError("must be 0 to 4 words of letters, digits and _ . / + - (a command, "
-                        "not a shell line)", "spec.target.swift.execPrefix")
-    return SwiftTarget(ring_configmap=cm, device=device, weight=weight,
-                       exec_prefix=tuple(prefix), **out)
 
 
 def _bandwidth(b: Any, store: str) -> tuple[float | None, tuple[int, ...], tuple[int, ...]]:
@@ -597,9 +544,10 @@ def parse(spec: Any) -> PolicySpec:
         name=name, replication_factor=rf,
         kind=_read(t, "spec.target.kind"),
         store=store, container=container, nodetool=tuple(nodetool),
-        swift=_swift(t.get("swift"), store))
-    if target.kind == DATACENTER and target.store != "cassandra":
-        raise SpecError("a CassandraDatacenter is a Cassandra store", "spec.target.store")
+        swift=swift_spec.parse(t.get("swift"), store))
+    if entry(target.store, target.kind) is None:
+        raise SpecError(f"no store driver serves store {target.store!r} as {target.kind}; "
+                        f"these are served: {served()}", "spec.target.store")
     r = spec.get("replicas")
     if not isinstance(r, dict):
         raise SpecError("is required", "spec.replicas")
@@ -694,9 +642,7 @@ def parse(spec: Any) -> PolicySpec:
                                            default("spec.metrics.prometheus.podLabel")),
                           percentile=pct,
                           replication_factor=rf,
-                          preset=_choice(p.get("preset", DATACENTER_PRESET
-                                               if target.kind == DATACENTER else SWIFT_PRESET
-                                               if target.store == "swift" else DEFAULT_PRESET),
+                          preset=_choice(p.get("preset", default_preset(target.store, target.kind)),
                                          "spec.metrics.prometheus.preset"),
                           target_kind=target.kind,
                           auth=_auth(p, url))

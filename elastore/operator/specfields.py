@@ -4,8 +4,10 @@ pattern, CEL rules and the description ``kubectl explain`` shows.
 The CRD's ``openAPIV3Schema`` for ``spec`` is generated from :data:`FIELDS`
 (:func:`spec_schema`; ``python -m elastore.operator.crd`` writes it, ``--check`` fails on
 drift), and :func:`elastore.operator.spec.parse` reads its defaults, bounds and enums from
-here. To add or change a spec field: declare it below, run ``python -m elastore.operator.crd``
-and read it in :mod:`elastore.operator.spec`.
+here. To add or change a spec field: declare it below (a store's own field beside its
+driver, ``elastore.stores.<store>.spec``, spliced in here), run
+``python -m elastore.operator.crd`` and read it in :mod:`elastore.operator.spec` (or the
+store's ``spec.parse``).
 
 A path names the field from ``spec`` down; ``x[]`` is the item of the array ``x``. An object
 lists its fields by their paths; ``required=True`` puts a field in its parent's ``required``
@@ -14,50 +16,15 @@ lists its fields by their paths; ``required=True`` puts a field in its parent's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from elastore.operator.fielddecl import ABSENT, F
 from elastore.operator.presets import PRESETS
 from elastore.planner.behavior import MAX_PERIOD_S
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
-
-#: no default (``None`` could not say so: a default is never null in a CRD)
-ABSENT: Any = type("Absent", (), {"__repr__": lambda self: "ABSENT"})()
-
-
-@dataclass(frozen=True)
-class F:
-    """One field of the spec, as its OpenAPI schema says it."""
-
-    path: str
-    type: str
-    doc: str | None = None
-    default: Any = ABSENT
-    minimum: float | None = None
-    maximum: float | None = None
-    #: the minimum is excluded (``exclusiveMinimum: true``)
-    open_min: bool = False
-    enum: tuple[Any, ...] | None = None
-    pattern: str | None = None
-    min_length: int | None = None
-    max_length: int | None = None
-    min_items: int | None = None
-    max_items: int | None = None
-    #: ``x-kubernetes-list-type``
-    list_type: str | None = None
-    #: CEL rules (``x-kubernetes-validations``): (rule, message)
-    rules: tuple[tuple[str, str], ...] = ()
-    required: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def parent(self) -> str:
-        return self.path[:-2] if self.path.endswith("[]") else self.path.rpartition(".")[0]
-
-    @property
-    def name(self) -> str:
-        return self.path.rpartition(".")[2]
+from elastore.stores.registry import store_names, target_kinds
+from elastore.stores.swift import spec as swift_spec
 
 
 def _key_ref(path: str) -> tuple[F, ...]:
@@ -101,14 +68,14 @@ FIELDS: tuple[F, ...] = (
       required=True),
     F("spec.target", "object", required=True),
     F("spec.target.kind", "string",
-      enum=("StatefulSet", "CassandraDatacenter"),
+      enum=target_kinds(),
       default="StatefulSet",
       doc=("StatefulSet: a bare StatefulSet, scaled one node at a time through its scale "
            "subresource. CassandraDatacenter: a cass-operator (K8ssandra) datacenter "
            "(cassandra.datastax.com/v1beta1), resized through spec.size in rack-balanced "
            "steps; cass-operator adds and decommissions the nodes")),
     F("spec.target.name", "string", min_length=1, max_length=253, required=True),
-    F("spec.target.store", "string", enum=("cassandra", "swift"), default="cassandra"),
+    F("spec.target.store", "string", enum=store_names(), default="cassandra"),
     F("spec.target.replicationFactor", "integer", minimum=1, maximum=7, required=True),
     F("spec.target.container", "string",
       min_length=1,
@@ -117,46 +84,7 @@ FIELDS: tuple[F, ...] = (
       doc=("container the operator's commands run in (a container name; absent: the "
            "store's name, cassandra or swift): nodetool for Cassandra, md5sum and du for "
            "Swift")),
-    F("spec.target.swift", "object",
-      doc=("a Swift target (store: swift): where its pods read their rings and keep their "
-           "devices. Each pod has one device, put in the rings at the pod's IP (zone: its "
-           "ordinal + 1)")),
-    F("spec.target.swift.ringConfigMap", "string",
-      max_length=253,
-      pattern="^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-      doc=("the ConfigMap every Swift pod mounts its rings from (<kind>.builder or "
-           "<kind>.builder.gz, and <kind>.ring.gz, for account, container and object); "
-           'labelled elastore.io/swift-rings: "true"; the operator changes the rings there '
-           "(required in Enforce)")),
-    F("spec.target.swift.ringDir", "string",
-      default="/etc/swift",
-      max_length=256,
-      pattern="^/[A-Za-z0-9_./-]*$",
-      doc="where the pods read the ring files (the ConfigMap's mount)"),
-    F("spec.target.swift.devicesDir", "string",
-      default="/srv/node",
-      max_length=256,
-      pattern="^/[A-Za-z0-9_./-]*$",
-      doc="the servers' devices directory"),
-    F("spec.target.swift.device", "string",
-      default="d1",
-      max_length=64,
-      pattern="^[A-Za-z0-9_.-]+$",
-      doc="each pod's device under devicesDir"),
-    F("spec.target.swift.weight", "number",
-      default=100,
-      open_min=True,
-      minimum=0,
-      doc="a new pod's device weight"),
-    F("spec.target.swift.execPrefix", "array",
-      max_items=4,
-      doc=("a command the operator's commands in the pods go through; one the operator "
-           "allows (elastore operator run --exec-prefix; the chart's swift.execPrefixes), "
-           "never free text")),
-    F("spec.target.swift.execPrefix[]", "string",
-      min_length=1,
-      max_length=256,
-      pattern="^[A-Za-z0-9_./+-]+$"),
+    *swift_spec.FIELDS,
     F("spec.target.nodetool", "array",
       min_items=1,
       max_items=4,

@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 from elastore.actuators.swiftring import Misplaced
 from elastore.errors import ElastoreError
+from elastore.operator.conditions import iso
 from elastore.operator.operation import OperationState, allowed_replicas
-from elastore.operator.status import iso
 
 Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "delete-pvc",
                  "conflict", "stuck", "reject"]

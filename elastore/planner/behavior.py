@@ -23,6 +23,7 @@ its start, as the HPA counts its scale events).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -117,3 +118,33 @@ def record(events: ScaleEvents, now_s: float, change: int) -> ScaleEvents:
     :data:`MAX_PERIOD_S` dropped."""
     kept = tuple((t, d) for t, d in events if now_s - t < MAX_PERIOD_S)
     return (*kept, (now_s, change))[-MAX_EVENTS:]
+
+
+def events_from_status(raw: object) -> ScaleEvents:
+    """``status.scaleEvents`` as written by :func:`record`; unreadable is as if none (a
+    status is a record a hand may have edited: it never blocks a step on its own)."""
+    try:
+        return tuple((float(a), int(b)) for a, b in raw or ())  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return ()
+
+
+def held(behavior: Behavior, current: int, target: int, events: ScaleEvents, now_s: float,
+         at: Callable[[float], str] = str) -> str | None:
+    """Why the policies hold a step from ``current`` toward ``target`` now (None: they allow
+    one). ``at`` writes an epoch in the message (the next time one is allowed)."""
+    if target == current or not behavior.limited:
+        return None
+    if limit(behavior, current, target, events, now_s) != current:
+        return None
+    up = target > current
+    rules = behavior.scale_up if up else behavior.scale_down
+    d = "scaleUp" if up else "scaleDown"
+    if rules.select == "Disabled":
+        return f"the plan wants {target} replicas; spec.behavior.{d}.selectPolicy is Disabled"
+    when = next_allowed_s(behavior, current, target, events, now_s)
+    after = f"; the next is allowed at {at(when)}" if when is not None else ""
+    return (f"the plan wants {target} replicas; spec.behavior.{d}'s policies allow no more "
+            f"{'additions' if up else 'removals'} now ({len(events)} step(s) started "
+            f"recently){after}")
+

@@ -1,5 +1,5 @@
 """The ProRenaTa policy loop: one control period, from an observation and a forecast to a
-decision. Pure, and the one copy: the operator (:mod:`elastore.operator.control`) and the
+decision. Pure, and the one copy: the operator (:mod:`elastore.operator.policyloop`) and the
 simulator's ``prorenata`` and ``ideal`` controllers (:mod:`elastore.sim.controllers`) are
 thin adapters around :meth:`PolicyLoop.step`, so the simulator measures the code the
 operator runs (as cluster-autoscaler's ``simulator/`` is the code its scale-up and

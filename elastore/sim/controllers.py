@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.online import CapacityLearner
-from elastore.planner import Operation, PlannerConfig
+from elastore.planner import Operation, PlannerConfig, admission
 from elastore.planner.loop import (
     Decision,
     Forecast,
@@ -262,14 +263,18 @@ class ProRenaTaController(_Forecasting):
         models, or (learning online) the calibration after this window's observation."""
         if self.learner is None or self.prior is None:
             return ctx.models, True
+        x: list[list[float]] = []
+        y: list[float] = []
         if ctx.latency_ms is not None and ctx.serving > 0:
-            self.learner.observe([ctx.load_now / ctx.serving, ctx.read_ratio,
-                                  ctx.migration_now, ctx.interference], [ctx.latency_ms],
-                                 prior=self.prior)
-        cal = self.learner.calibrate(self.prior, ctx.cfg.headroom)
+            x.append([ctx.load_now / ctx.serving, ctx.read_ratio, ctx.migration_now,
+                      ctx.interference])
+            y.append(ctx.latency_ms)
+        est = estimate.calibrated(ctx.models, self.learner, self.prior, x, y,
+                                  ctx.cfg.headroom)
+        cal = est.calibration
         self.calibrations.append((ctx.k, cal.capacity_rps, cal.confidence,
                                   cal.scale_in_allowed))
-        return replace(ctx.models, capacity=cal.planning), cal.scale_in_allowed
+        return est.models, est.scale_in_allowed
 
     def warm(self, history: FloatArray) -> None:
         if self.mode != "horizon":
@@ -315,9 +320,16 @@ class ProRenaTaController(_Forecasting):
         self.memory = d.memory
         self.decisions.append(d)
         current = ctx.op.to_replicas if ctx.op is not None else ctx.serving
-        points = set_points(d, current)
-        if not scale_in:  # below the confidence threshold: scale-out only, as the operator
-            points = [(t, max(n, current)) for t, n in points]
+        # the operator's own gates (planner.admission), with what the simulator knows: the
+        # learned model's confidence (the cluster is never paused, contended or blind here)
+        facts = admission.Facts(enforce=True, learning=None if scale_in else
+                                "the learned capacity model is not yet confident")
+        points = []
+        for t, n in set_points(d, current):
+            kind: admission.Kind = "ScaleIn" if n < current else "ScaleOut"
+            held = n != current and admission.admit(
+                admission.Intent(kind, n, current), facts) is not None
+            points.append((t, current if held else n))
         return points
 
     def on_tick(self, ctx: Context) -> SetPoints:
@@ -434,7 +446,7 @@ class OperatorController(Controller):
 
     def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
         from elastore.errors import ElastoreError
-        from elastore.operator.control import planner_config
+        from elastore.operator.policyloop import planner_config
         from elastore.operator.runner import Runner
         from elastore.operator.spec import parse
         from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics

@@ -12,7 +12,7 @@ operator tests, and in the simulator as the ``operator`` controller.
   real cluster: lost replicas).
 * :class:`TraceMetrics` is a :class:`~elastore.operator.metrics.MetricsSource` answering from
   the replayed load.
-* :class:`MemoryPolicies` is a :class:`~elastore.operator.status.PolicyStore` holding one
+* :class:`MemoryPolicies` is a :class:`~elastore.operator.policyapi.PolicyStore` holding one
   ElasticPolicy in memory, with the API server's merge-patch semantics for the status.
 
 Time is the caller's: :meth:`SimulatedKube.advance` moves the cluster ``dt`` seconds.

@@ -110,7 +110,7 @@ def prom_scalar(state: Any, query: str) -> float | None:
 
 
 def cpu_usage_s(cgroups_rel: list[str]) -> float | None:
-    from elastore.agent.interference import read_cpu_stat
+    from elastore.hubbub.probe import read_cpu_stat
     from elastore.lab import cgroups
 
     root = cgroups.v2_root()

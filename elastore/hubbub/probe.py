@@ -48,7 +48,7 @@ import numpy as np
 
 from elastore.agent.perf import HwCounters, HwTotals
 
-log = logging.getLogger("elastore.agent.interference")
+log = logging.getLogger("elastore.hubbub.probe")
 
 Scope = Literal["pod", "node"]
 

@@ -12,7 +12,7 @@ two numbers and writes the status; everything between is here.
   nothing (``Degraded``). ``false``: blind, by choice.
 * **Learning** (:func:`learn`). Each period with an index and the store's latency at the
   SLO's percentile (query ``latencyMs``) gives the learner
-  (:class:`~elastore.models.interference.InterferenceLearner`) one observation: the load per
+  (:class:`~elastore.hubbub.effect.InterferenceLearner`) one observation: the load per
   serving node, the read ratio, the migration per node, the index and the latency. None
   while a node step runs (the load per node is not known then); a missing latency is
   skipped and counted, never 0.
@@ -34,16 +34,16 @@ from typing import Any
 import numpy as np
 
 from elastore.errors import MetricsError
-from elastore.models.bundle import ModelSet
-from elastore.models.capacity import CapacityModel
-from elastore.models.interference import (
+from elastore.hubbub.effect import (
     InterferenceEffect,
     InterferenceError,
     InterferenceLearner,
 )
+from elastore.models.bundle import ModelSet
+from elastore.models.capacity import CapacityModel
+from elastore.operator.conditions import iso
 from elastore.operator.metrics import Snapshot
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 
 #: ``status.interference.factors``: g at these indexes, for readers
 FACTOR_AT = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

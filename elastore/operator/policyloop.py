@@ -17,9 +17,9 @@ import numpy as np
 from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bandwidth import Policy
 from elastore.models.bundle import ModelSet
+from elastore.operator.conditions import iso
 from elastore.operator.metrics import Snapshot
 from elastore.operator.spec import PolicySpec
-from elastore.operator.status import iso
 from elastore.planner import Operation, PlannerConfig
 from elastore.planner.loop import (
     Decision,

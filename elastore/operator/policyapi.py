@@ -1,4 +1,6 @@
-"""Status conditions and the ElasticPolicy objects' API (read, status patches, Events)."""
+"""The ElasticPolicy objects' API: the policy read, its status patched, its Events and its
+learned-model ConfigMap (:class:`PolicyStore`, and :class:`PolicyApi` on the Kubernetes
+API). The conditions it writes are :mod:`elastore.operator.conditions`."""
 
 from __future__ import annotations
 
@@ -11,38 +13,6 @@ from elastore.errors import ElastoreError
 from elastore.operator.spec import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger("elastore.operator")
-
-def iso(epoch_s: float) -> str:
-    """Epoch seconds as the status shows times (RFC 3339, UTC, whole seconds)."""
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-CONDITIONS = ("Ready", "Forecasting", "ScalingUp", "ScalingDown", "Throttling", "Degraded",
-              "Conflict", "Paused", "Fallback")
-
-
-def set_condition(conditions: list[dict[str, Any]], ctype: str, status: bool, reason: str,
-                  message: str, now_s: float) -> list[dict[str, Any]]:
-    """The conditions with ``ctype`` set; its transition time moves only when its status
-    changes (as Kubernetes conditions do)."""
-    if ctype not in CONDITIONS:
-        raise ValueError(f"unknown condition {ctype}")
-    st = "True" if status else "False"
-    out = [dict(c) for c in conditions if c.get("type") != ctype]
-    prev = next((c for c in conditions if c.get("type") == ctype), None)
-    since = prev["lastTransitionTime"] if prev and prev.get("status") == st and \
-        prev.get("lastTransitionTime") else iso(now_s)
-    out.append({"type": ctype, "status": st, "reason": reason, "message": message[:1000],
-                "lastTransitionTime": since})
-    order = {t: k for k, t in enumerate(CONDITIONS)}
-    return sorted(out, key=lambda c: order.get(c["type"], 99))
-
-
-def condition(conditions: list[dict[str, Any]], ctype: str) -> dict[str, Any] | None:
-    return next((c for c in conditions if c.get("type") == ctype), None)
-
 
 def identity() -> str:
     """This operator replica: ``$ELASTORE_IDENTITY``, else host/pid (the pod name in a
