@@ -71,9 +71,9 @@ k8s-deps: $(TEST_STAMP)
 
 # Two tiers (docs/testing.md). `make test` (CI) tests mechanisms: lint, types, the MSTL
 # baseline's tests (in .venv-forecast: statsforecast needs pandas < 3, the package runs on
-# pandas 3), then the unit suites on 3 pytest-xdist workers, then the lab suites that time
-# something, one at a time, with the control-plane suites and the lab tests marked
-# `concurrent` beside them (niced, 2 workers). Every phase runs; the exit code is the first
+# pandas 3), then what times nothing on 3 pytest-xdist workers (unit suites, lab tests marked
+# `concurrent`), then the lab suites that time something, one at a time, with the
+# control-plane suites beside them (niced, 2 workers). Every phase runs; the exit code is the first
 # failure's. It ends with the time of each phase and the 25 slowest test files
 # (.test-times/summary.json). Budget: 40 min with warm caches, 60 cold, on 2 cores.
 # `make lab-check` runs the measurements (hours): each writes experiments/*/results.json

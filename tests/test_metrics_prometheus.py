@@ -114,8 +114,14 @@ def test_partial_scrape_is_counted_and_the_policy_degrades(
     # the node count drops at the first failed scrape (Prometheus marks db-1's series
     # stale); the summed rate a minute later, when db-1's samples leave the rate window:
     # then the sum alone says a third less load, a scale-in's evidence
-    partial = wait_until("the sum to lose db-1's load", lambda: (
-        s if (s := src.snapshot(time.time(), 6, 10.0)).load_rps < 0.75 * RPS else None), 120)
+    def lost() -> Any:  # a period that is no measurement (MetricsError) is not the answer
+        try:
+            s = src.snapshot(time.time(), 6, 10.0)
+        except MetricsError:
+            return None
+        return s if s.load_rps < 0.75 * RPS else None
+
+    partial = wait_until("the sum to lose db-1's load", lost, 120)
     assert partial.nodes == 2
 
     # the runner, with this real Prometheus, on a simulated 3-pod StatefulSet

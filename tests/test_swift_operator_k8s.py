@@ -62,9 +62,7 @@ from elastore.lab.profile import constant_workload
 from elastore.models.bundle import ModelSet
 from elastore.models.online import scaled
 
-# nothing here is timed tightly (the scale steps have 15 min each; the load's rate only has
-# to be seen by the operator): it runs beside the lab phase (tests/tiers.py)
-pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow, pytest.mark.concurrent]
+pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
 LAB_NS = f"elastore-test-swiftop-{os.getpid()}"
 NS, STS, POLICY, RINGS = "store", "swift", "swift-scaler", "swift-rings"
 RELEASE = "elastore-swift"

@@ -27,20 +27,22 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
     phases = {p.name: p for p in tiers.test_phases([])}
     exprs = {name: p.argv[p.argv.index("-m") + 1] for name, p in phases.items()
              if "-m" in p.argv}
-    assert set(exprs) == {"units", "lab", "control-plane"}
+    assert set(exprs) == {"parallel", "lab", "control-plane"}
     for marks in _marker_sets():
         chosen = [name for name, e in exprs.items() if _selected(e, marks)]
         if "measure" in marks:
             assert chosen == [], (marks, chosen)  # make lab-check's only
             continue
         assert len(chosen) == 1, (marks, chosen)
-        if "lab" in marks:
-            # a lab test runs beside others only when it says it times nothing tightly
-            assert chosen == ["control-plane" if "concurrent" in marks else "lab"], marks
-        elif "k8s" in marks or "concurrent" in marks:
+        if "lab" in marks and ("concurrent" not in marks or "k8s" in marks):
+            # a store under load, or a store beside a control plane: alone
+            assert chosen == ["lab"], marks
+        elif "k8s" in marks:
+            # a control plane over kwok's pods and no store: beside the lab phase
             assert chosen == ["control-plane"], marks
         else:
-            assert chosen == ["units"], marks  # no real component
+            # nothing timed: the unit suites and the lab tests that say they time nothing
+            assert chosen == ["parallel"], marks
 
 
 def test_only_the_control_plane_phase_runs_beside_another_and_niced() -> None:

@@ -4,15 +4,16 @@
     python tests/tiers.py lab-check [--only NAME[,NAME...]] [--list]
 
 ``test`` (what ``make test`` and CI run) is the mechanisms: lint, types, the MSTL baseline's
-tests in their own venv, then the unit suites (no real component) on 3 pytest-xdist workers
-with the machine to themselves, then two phases at once:
+tests in their own venv, then what times nothing and needs no control plane on 3
+pytest-xdist workers with the machine to themselves (the unit suites, and the lab tests
+marked ``concurrent``: real components, nothing timed), then two phases at once:
 
 * ``lab``: the lab suites that time something (a latency, a rate, a deadline), one at a time;
 * ``control-plane``, beside it on 2 workers at a lower CPU priority (``nice``): the
-  control-plane suites and the lab tests marked ``concurrent`` (real components, nothing
-  timed tightly). Both mostly wait on the wall clock, so the lab phase keeps the CPU when it
-  wants it; this phase's output goes to ``.test-times/control-plane.log`` and is printed when
-  both have ended.
+  control-plane suites, whose pods are kwok's and whose store is a stand-in (no Cassandra,
+  no Swift). They mostly wait on the wall clock, so the lab phase keeps the CPU when it
+  wants it; this phase's output goes to ``.test-times/control-plane.log`` and is printed
+  when both have ended.
 
 Every phase always runs; the exit code is the first failure's (pytest's 5, "nothing
 selected", is not one). At the end it prints each phase's time and the slowest test files,
@@ -69,18 +70,19 @@ def test_phases(extra: list[str]) -> list[Phase]:
         # statsforecast needs pandas < 3; the package and the rest run on pandas 3
         Phase("mstl", (str(FORECAST_VENV / "pytest"), "-p", "no:cacheprovider", "-q",
                        MSTL_TESTS, *extra), pytest=True),
-        # no real component: 3 workers on the 2 cores, BLAS single-threaded (below)
-        Phase("units", (*py, "-m", "not measure and not (k8s or lab or concurrent)", "-n", "3",
-                        "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra), pytest=True),
+        # nothing timed, no control plane: 3 workers on the 2 cores, BLAS single-threaded
+        Phase("parallel", (*py, "-m", "not measure and not k8s and (not lab or concurrent)",
+                           "-n", "3", "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra),
+              pytest=True),
         # latencies, rates and deadlines are part of what these check: one at a time
-        Phase("lab", (*py, "-m", "lab and not concurrent and not measure",
+        Phase("lab", (*py, "-m", "lab and (not concurrent or k8s) and not measure",
                       f"--ignore={MSTL_TESTS}", *extra), pytest=True),
-        # control planes, operators and untimed lab tests: mostly waiting on the wall clock,
-        # so they run beside the lab phase, niced, a module's fixtures in one process
+        # control planes and operators over kwok's pods, no store: mostly waiting on the wall
+        # clock, so they run beside the lab phase, niced, a module's fixtures in one process
         Phase("control-plane", ("nice", "-n", str(BESIDE_NICE), *py, "-m",
-                                "not measure and (k8s or concurrent) and (not lab or concurrent)",
-                                "-n", "2", "--dist", "loadfile", f"--ignore={MSTL_TESTS}",
-                                *extra), pytest=True, beside=True),
+                                "not measure and k8s and not lab", "-n", "2", "--dist",
+                                "loadfile", f"--ignore={MSTL_TESTS}", *extra),
+              pytest=True, beside=True),
     ]
 
 
