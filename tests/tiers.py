@@ -133,19 +133,33 @@ def _fresh(path: Path) -> Path:
 
 
 def _start_beside(ph: Phase, env: dict[str, str],
-                  alongside: str) -> tuple[subprocess.Popen[bytes], float]:
+                  alongside: str) -> tuple[subprocess.Popen[bytes], list[float]]:
+    """Start the phase; the list gets its start and, from a watcher thread, the moment it
+    ended (its own time, not the time until the phase beside it ended too)."""
+    import threading
+
     log = OUT / f"{ph.name}.log"
     print(f"\n=== {ph.name}, beside the {alongside} phase (its output: {log}, printed when "
           f"both end)\n=== {' '.join(ph.argv)}", flush=True)
     with log.open("wb") as fh:
         proc = subprocess.Popen(list(ph.argv), cwd=REPO, env=env, stdout=fh,
                                 stderr=subprocess.STDOUT)
-    return proc, time.monotonic()
+    times = [time.monotonic()]
+
+    def watch() -> None:
+        proc.wait()
+        times.append(time.monotonic())
+
+    threading.Thread(target=watch, daemon=True).start()
+    return proc, times
 
 
-def _finish_beside(ph: Phase, proc: subprocess.Popen[bytes], t0: float) -> tuple[int, float]:
+def _finish_beside(ph: Phase, proc: subprocess.Popen[bytes],
+                   times: list[float]) -> tuple[int, float]:
     rc = proc.wait()
-    secs = time.monotonic() - t0
+    while len(times) < 2:  # the watcher has seen the exit by now, or is about to
+        time.sleep(0.01)
+    secs = times[1] - times[0]
     print(f"\n=== {ph.name} (ran beside the phase above; {_fmt(secs).strip()}, exit {rc})",
           flush=True)
     sys.stdout.write((OUT / f"{ph.name}.log").read_text(errors="replace"))
