@@ -384,6 +384,8 @@ class OperatorProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        # captured by pytest and shown only when the test fails: what the operator did
+        print(f"--- the last of the operator's log ({self.log}):\n{self.tail(8000)}")
         return self.proc.returncode
 
     def tail(self, n: int = 3000) -> str:

@@ -89,6 +89,9 @@ class PolicyApi:
         from kubernetes.client.exceptions import ApiException
 
         meta = body["metadata"]
+        # the log says what the Events say: an operator's log alone tells what it did
+        log.log(logging.WARNING if warning else logging.INFO, "%s/%s %s: %s",
+                meta["namespace"], meta["name"], reason, message[:1000])
         now = datetime.now(UTC)
         ev = client.CoreV1Event(
             metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.",
