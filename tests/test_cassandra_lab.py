@@ -420,10 +420,10 @@ def test_stuck_cassandra_refuses_a_decommission_and_the_loop_keeps_forecasting(
     assert "Not enough live nodes to maintain replication factor" in op["message"]
     assert [c for _, c in port.calls if c.startswith("decommission")] == ["decommission db-2"]
     first = len(decisions)
-    for _ in range(36):  # three more control periods
+    for _ in range(12):  # 3 more control periods at least; each tick reads the real node
         runner.tick()
         decisions.add(policies.status["lastDecision"]["epoch"])
-        port.now_s += 5.0
+        port.now_s += 20.0
     assert len(decisions) >= first + 3  # still forecasting and deciding
     assert [c for _, c in port.calls if c.startswith("decommission")] == ["decommission db-2"]
     assert [r for r, _, w in policies.events if w].count("OperationStuck") == 1

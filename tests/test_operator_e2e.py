@@ -433,8 +433,9 @@ def test_no_row_was_lost_and_the_pvc_was_retained(run: Run) -> None:
     pvc = get(run.cp, "pvc", "data-cass-3", NS)
     assert pvc["status"]["phase"] == "Bound"  # retained by default
     assert not run.agent.errors, run.agent.errors
-    run.load.wait(timeout=900)
-    assert run.load.returncode == 0, (run.root / "load.log").read_text()[-2000:]
+    # the load generator came through both steps: still replaying (the trace's next night,
+    # which tests nothing more, is not waited for; the fixture stops it), or done cleanly
+    assert run.load.poll() in (None, 0), (run.root / "load.log").read_text()[-2000:]
 
 
 def test_the_backtest_replays_the_run_from_the_labs_prometheus(run: Run) -> None:
