@@ -14,9 +14,9 @@ from test_operator_runner import Rig, day
 from elastore.actuators import nodetool
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
-from elastore.operator import operation
 from elastore.operator.spec import SpecError, parse
 from elastore.resources import builtin_model
+from elastore.stores import operation
 
 #: nodetool compactionstats of Cassandra 5.0.4 during a cleanup (recorded on the lab:
 #: `nodetool compactionstats` on node 1 while `nodetool cleanup` ran after a 2 -> 3 join)

@@ -15,12 +15,13 @@ import pytest
 from elastore.actuators import nodetool
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
-from elastore.operator import operation, policyloop
+from elastore.operator import policyloop
 from elastore.operator.conditions import set_condition
 from elastore.operator.metrics import MetricsError, Snapshot
 from elastore.operator.presets import PRESETS, QUERY_NAMES
-from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import SpecError, parse, parse_duration
+from elastore.stores import operation
+from elastore.stores.cassandra.ring import decommission_refusal
 from elastore.units import GIB
 
 BASE: dict[str, Any] = {

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 from elastore.actuators.ports import ClusterPort
 from elastore.errors import ElastoreError
-from elastore.operator import bandwidth, operation
+from elastore.operator import bandwidth
 from elastore.operator.conditions import iso
-from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
 from elastore.planner.stabilization import Recommendations
+from elastore.stores import operation
 from elastore.stores.base import (
     Advanced,
     Begun,
@@ -23,6 +23,7 @@ from elastore.stores.base import (
     floor,
 )
 from elastore.stores.cassandra.nodes import CassandraNodes, nodetool
+from elastore.stores.operation import OperationState
 
 log = logging.getLogger("elastore.operator")
 

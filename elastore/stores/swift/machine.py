@@ -1,6 +1,6 @@
 """A Swift node step as a state machine. Pure: :func:`advance` reads :class:`SwiftFacts` and
-returns the next state and at most one effect, like :mod:`elastore.operator.operation` for
-Cassandra (whose :class:`~elastore.operator.operation.OperationState`, identity checks,
+returns the next state and at most one effect, like :mod:`elastore.stores.operation` for
+Cassandra (whose :class:`~elastore.stores.operation.OperationState`, identity checks,
 drift rule and deadline it shares).
 
 Swift has no join or decommission of its own: a node's share is its device's weight in the
@@ -37,7 +37,7 @@ from typing import Any, Literal
 from elastore.actuators.swiftring import Misplaced
 from elastore.errors import ElastoreError
 from elastore.operator.conditions import iso
-from elastore.operator.operation import OperationState, allowed_replicas
+from elastore.stores.operation import OperationState, allowed_replicas
 
 Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "delete-pvc",
                  "conflict", "stuck", "reject"]

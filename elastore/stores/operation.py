@@ -175,7 +175,7 @@ def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: f
           expected_s: float, pvc_template: str | None = None, store: str = "cassandra"
           ) -> OperationState:
     """One node step: scale-out adds ordinal ``current``, scale-in removes ``current - 1``
-    (a Swift scale-in starts by draining: :mod:`elastore.operator.swiftoperation`)."""
+    (a Swift scale-in starts by draining: :mod:`elastore.stores.swift.machine`)."""
     if kind == "ScaleOut":
         ordinal, to, phase = current, current + 1, "Scaling"
     else:
