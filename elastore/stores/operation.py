@@ -1,61 +1,41 @@
-"""A topology change in progress, one node at a time, as a state machine. Pure.
+"""A node step in progress, as the CR status records it, and the rules every store's step
+machine shares. Pure.
 
-The operation lives in the CR status. Every tick the loop observes :class:`Facts` (the
-StatefulSet's replicas, the pod concerned, its node's ring mode from ``nodetool netstats``)
-and :func:`advance` returns the next state and at most one :data:`Effect` to carry out.
-Effects are idempotent given the facts (setting replicas to a number, deleting a PVC that
-may be gone) or guarded (a decommission is issued only while the node is NORMAL and not
-issued within the last ``REISSUE_AFTER_S``), so an operator killed at any point resumes
-from the status: it never repeats a step the cluster has taken, and never abandons one.
+The operation lives in the CR status (:class:`OperationState`, written with
+:meth:`~OperationState.to_status` and read back with :meth:`~OperationState.from_status`).
+Each store's machine (:mod:`elastore.stores.cassandra.machine`,
+:mod:`elastore.stores.swift.machine`, :mod:`elastore.stores.cass_operator.machine`) takes it
+one tick further: the next state and at most one effect, recorded before the effect is
+carried out (:mod:`elastore.stores.steps`), so an operator killed at any point resumes from
+the status. A node step begins with :func:`start` (a datacenter's resize with its own
+machine's), under a fresh :func:`new_id`; its deadline is ``DEADLINE_FACTOR`` times what
+the migration-time model expects (:func:`expected_seconds`) plus ``DEADLINE_MARGIN_S``, and
+past it every machine makes the operation Stuck.
 
-Scale-out: ``Scaling`` (replicas + 1) -> ``Joining`` (until the new node is NORMAL) ->
-``CleaningUp``: ``nodetool cleanup`` on each old node, one at a time (ordinal 0 first), so
-that they drop the ranges they no longer own. Until it has run everywhere the operation is
-not done, so no scale-in starts: a node removed before cleanup hands its stale copies back
-to the ring, and deleted data can come back (cass-operator #722); a scale-in during cleanup
-broke the cleanup there (#902). A further *scale-out* may supersede it (the runner: cleanup
-takes hours on large nodes and must not hold a resize, #496): the new step's cleanup covers
-every old node again. A cleanup re-run on a node already clean rewrites nothing (Cassandra
-skips SSTables that hold only owned ranges), so re-issuing after a restart is safe.
-Scale-in: ``Decommissioning`` (decommission the highest ordinal, until DECOMMISSIONED, i.e.
-LEFT the ring) -> ``Scaling`` (replicas - 1, until the pod is gone) -> ``Cleanup`` (the PVC
-per policy; retained by default).
-
-**Drift.** Every phase knows which ``spec.replicas`` it may find (:func:`allowed_replicas`:
-the operation's own from/to). Anyone else's change to the StatefulSet's size while an
-operation runs (a human, another controller) is drift: :func:`advance` then returns the
-``conflict`` effect, which touches nothing, and waits for the size to come back. A
-scale-in that took its ``to_replicas`` at face value would, after someone scaled 4 -> 6,
-remove two pods that never left the ring.
+**Drift.** Every phase of a StatefulSet's step (Cassandra's, Swift's) knows which
+``spec.replicas`` it may find (:func:`allowed_replicas`: the operation's own from/to).
+Anyone else's change to the StatefulSet's size while an operation runs (a human, another
+controller) is drift: the machine then returns the ``conflict`` effect, which touches
+nothing, and waits for the size to come back. A scale-in that took its ``to_replicas`` at
+face value would, after someone scaled 4 -> 6, remove two pods that never left the ring.
 
 **Derived, not trusted.** The pod and the PVC an operation acts on follow from the target
 and the operation's ``fromReplicas`` (:func:`expected_pod`); the status is writable by
 anyone who may patch it, so :func:`check_identity` refuses an operation whose pod or PVC
-does not match, or a scale-in below ``max(replicas.min, replicationFactor)``.
-
-**Status is a record, not the truth.** Before every irreversible effect :func:`advance`
-wants the fact in the store itself, not the phase the status claims: the replicas of a
-scale-in are lowered only while the leaving node reports ``DECOMMISSIONED`` itself and
-another node's ring no longer lists it (``Facts.ring_gone``); a claim the store contradicts
-is the ``reject`` effect (the runner: ``Conflict``/``StatusRejected``, nothing touched). A
-PVC is deleted only if it carries *this* operation's mark (:func:`pvc_mark`: the
-operation's ``id`` and the PVC's UID, :func:`mark_honoured`).
+does not match, or a scale-in below ``max(replicas.min, replicationFactor)``
+(:func:`below_floor`). A PVC is deleted only if it carries *this* operation's mark
+(:func:`pvc_mark`: the operation's ``id`` and the PVC's UID, :func:`mark_honoured`).
 """
 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from elastore.errors import ElastoreError
 from elastore.operator.conditions import iso
 
-Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck",
-                 "cleanup", "reject"]
-#: the ring mode of a node whose decommission failed (Cassandra 5.0+; netstats' ``Mode:``)
-DECOMMISSION_FAILED = "DECOMMISSION_FAILED"
-REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
 #: an operation's deadline: this many times what the migration-time model expects, plus
 #: DEADLINE_MARGIN_S (pods scheduling, JVMs starting, a slow first stream)
 DEADLINE_FACTOR = 2.0
@@ -77,28 +57,6 @@ def expected_seconds(kind: str, replicas: int, data_bytes: float | None, mibps: 
     if cleanup and kind == "ScaleOut":
         share += data_bytes
     return overhead_s + share / (mibps * MIB)
-
-@dataclass(frozen=True)
-class Facts:
-    """What the loop observed this tick."""
-
-    spec_replicas: int
-    ready_replicas: int
-    pod_exists: bool  # the operation's pod
-    pod_ready: bool
-    node_mode: str | None  # its node's ring mode; None if it could not be read
-    pvc_exists: bool | None = None  # None: not looked at / no volume template
-    #: it carries this operation's mark that its node left the ring (:func:`mark_honoured`)
-    pvc_marked: bool = False
-    decommission_failed: str | None = None  # the issued decommission exited non-zero: why
-    #: the cleanup on the node at ``cleanup_ordinal`` as this process issued it: "running",
-    #: "done", "failed: <why>"; None when this process issued none there (it restarted)
-    cleanup: str | None = None
-    #: that node's compactionstats shows a Cleanup task (None: it could not be read)
-    cleanup_seen: bool | None = None
-    #: a scale-in's leaving node, as another node's ring shows it: True once that ring no
-    #: longer lists it, False while it does, None when not read (or unreadable)
-    ring_gone: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -257,133 +215,3 @@ def allowed_replicas(op: OperationState) -> tuple[int, ...]:
     if op.phase == "Scaling":
         return (op.from_replicas, op.to_replicas)
     return (op.to_replicas,)
-
-
-def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "Retain",
-            cleanup: bool = True) -> tuple[OperationState, Effect, bool]:
-    """The next state, the effect to carry out now, and whether the operation is done.
-    ``cleanup``: run ``nodetool cleanup`` on the old nodes after a scale-out."""
-    def at(phase: str, message: str, **kw: Any) -> OperationState:
-        return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
-
-    if op.phase == "Stuck":  # a human decides (elastore.io/abort, or the status)
-        return op, "none", False
-    allowed = allowed_replicas(op)
-    if facts.spec_replicas not in allowed:
-        want = " or ".join(map(str, allowed))
-        return at(op.phase, f"drift: the StatefulSet has {facts.spec_replicas} replicas, this "
-                            f"{op.kind} {op.from_replicas} -> {op.to_replicas} in phase "
-                            f"{op.phase} expects {want}; touching nothing until it is back "
-                            "or the operation is aborted"), "conflict", False
-
-    if op.kind == "ScaleIn" and op.phase == "Decommissioning" and (
-            facts.node_mode == DECOMMISSION_FAILED or
-            (facts.decommission_failed and facts.node_mode == "NORMAL")):
-        # Cassandra 5.0 puts a node whose decommission it refused in DECOMMISSION_FAILED
-        # (measured on the lab's 5.0.4, refused for RF); before 5.0 it stays NORMAL
-        why = facts.decommission_failed or f"its node reports {DECOMMISSION_FAILED}"
-        return at("Stuck", f"the decommission of {op.pod} failed: {why}; not re-issued"), \
-            "stuck", False
-    if op.deadline_s is not None and now_s > op.deadline_s:
-        return at("Stuck", f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its "
-                           f"deadline {iso(op.deadline_s)} in phase {op.phase} "
-                           f"({op.message}); no further step"), "stuck", False
-    if op.kind == "ScaleOut":
-        if op.phase == "Scaling":
-            if facts.spec_replicas < op.to_replicas:
-                return at("Scaling", f"setting replicas to {op.to_replicas}"), "scale", False
-            if facts.pod_exists and facts.pod_ready:
-                return at("Joining", f"{op.pod} is ready; waiting for its node to join"), \
-                    "none", False
-            return at("Scaling", f"waiting for {op.pod} to be ready"), "none", False
-        if op.phase == "Joining":
-            if facts.node_mode == "NORMAL":
-                if not cleanup:
-                    return at("Done", f"{op.pod} joined the ring"), "none", True
-                return _clean(at, op, 0, now_s, f"{op.pod} joined the ring; ")
-            return at("Joining", f"{op.pod}'s node is {facts.node_mode or 'not answering'}"), \
-                "none", False
-        if op.phase == "CleaningUp" and op.cleanup_ordinal is not None:
-            k, node = op.cleanup_ordinal, op.cleanup_pod()
-            said = facts.cleanup
-            if said == "done":
-                if k + 1 < op.from_replicas:
-                    return _clean(at, op, k + 1, now_s, f"{node} cleaned up; ")
-                return at("Done", f"{op.pod} joined the ring; the {op.from_replicas} old "
-                                  "node(s) cleaned up"), "none", True
-            if said is not None and said.startswith("failed"):
-                return at("Stuck", f"nodetool cleanup on {node} {said}; not re-issued (no "
-                                   "scale-in starts before the old nodes are clean: abort "
-                                   "the operation once it has been run by hand)"), \
-                    "stuck", False
-            if said == "running" or facts.cleanup_seen:
-                return at("CleaningUp", f"cleanup running on {node} ({k + 1} of "
-                                        f"{op.from_replicas})"), "none", False
-            if facts.cleanup_seen is None:
-                return at("CleaningUp", f"waiting: {node}'s compactions could not be read"), \
-                    "none", False
-            # not issued by this process (it restarted) and not running there: again (a
-            # node already clean rewrites nothing)
-            return _clean(at, op, k, now_s, f"cleanup on {node} not seen running: ")
-    else:
-        if op.phase == "Decommissioning":
-            mode = facts.node_mode
-            if mode == "DECOMMISSIONED":
-                if facts.ring_gone is not True:
-                    return at("Decommissioning", f"{op.pod} reports DECOMMISSIONED; waiting "
-                                                 "for another node's ring to drop it"), \
-                        "none", False
-                return at("Scaling", f"{op.pod} has left the ring; lowering replicas to "
-                                     f"{op.to_replicas}"), "scale", False
-            if mode == "NORMAL":
-                recent = op.decommission_issued_s is not None and \
-                    now_s - op.decommission_issued_s < REISSUE_AFTER_S
-                if recent:
-                    return at("Decommissioning", "decommission issued; waiting for the node "
-                                                 "to start leaving"), "none", False
-                return at("Decommissioning", f"decommissioning {op.pod}",
-                          decommission_issued_s=now_s), "decommission", False
-            if not facts.pod_exists:
-                raise ElastoreError(f"{op.pod} disappeared while it was being decommissioned "
-                                    "(before it left the ring): not lowering replicas blind")
-            return at("Decommissioning", f"{op.pod}'s node is "
-                                         f"{mode or 'not answering'}; waiting"), "none", False
-        if op.phase == "Scaling":
-            if facts.spec_replicas > op.to_replicas:
-                # the status says the node left; the store must say so too (issue 34)
-                mode = facts.node_mode
-                if mode not in ("DECOMMISSIONED", None):
-                    return at("Scaling", f"the status says {op.pod} has left the ring; its "
-                                         f"node reports {mode}, not DECOMMISSIONED"), \
-                        "reject", False
-                if mode is None:
-                    return at("Scaling", f"waiting: {op.pod}'s node does not answer (it "
-                                         "must report DECOMMISSIONED before its pod goes)"), \
-                        "none", False
-                if facts.ring_gone is not True:
-                    return at("Scaling", f"{op.pod} reports DECOMMISSIONED; waiting for "
-                                         "another node's ring to drop it"), "none", False
-                return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
-            if facts.pod_exists:
-                return at("Scaling", f"waiting for {op.pod} to go"), "none", False
-            return at("Cleanup", f"{op.pod} is gone"), "none", False
-        if op.phase == "Cleanup":
-            if pvc_policy == "Delete" and op.pvc and facts.pvc_exists:
-                if facts.pvc_marked:
-                    return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
-                return at("Done", f"{op.pod} removed; PVC {op.pvc} retained: it carries no "
-                                  "mark of this operation that its node left the ring"), \
-                    "none", True
-            kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
-            return at("Done", f"{op.pod} removed{kept}"), "none", True
-    raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")
-
-
-def _clean(at: Any, op: OperationState, ordinal: int, now_s: float, said: str
-           ) -> tuple[OperationState, Effect, bool]:
-    """CleaningUp on old node ``ordinal``: the state (written first), then the effect."""
-    node = f"{op.pod.rsplit('-', 1)[0]}-{ordinal}"
-    restore = op.cleanup_restore_mibps if ordinal == op.cleanup_ordinal else None
-    return at("CleaningUp", f"{said}nodetool cleanup on {node} ({ordinal + 1} of "
-                            f"{op.from_replicas})", cleanup_ordinal=ordinal,
-              cleanup_issued_s=now_s, cleanup_restore_mibps=restore), "cleanup", False
