@@ -35,11 +35,11 @@ from elastore.actuators.tc import HtbShaper
 from elastore.errors import ElastoreError
 from elastore.lab import lab, netns
 from elastore.models import ModelSet
-from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.runner import Runner
 from elastore.resources import builtin_model
 from elastore.sim.engine import Cluster
 from elastore.sim.kube import MemoryPolicies, SimulatedKube, TraceMetrics
+from elastore.stores.cassandra.ring import decommission_refusal
 from elastore.units import GIB
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]

@@ -14,9 +14,10 @@ from test_operator_runner import Rig, day
 from elastore.actuators import nodetool
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
-from elastore.operator import operation
 from elastore.operator.spec import SpecError, parse
 from elastore.resources import builtin_model
+from elastore.stores import operation
+from elastore.stores.cassandra import machine
 
 #: nodetool compactionstats of Cassandra 5.0.4 during a cleanup (recorded on the lab:
 #: `nodetool compactionstats` on node 1 while `nodetool cleanup` ran after a 2 -> 3 join)
@@ -57,16 +58,16 @@ def ms() -> ModelSet:
     return ModelSet.load(builtin_model("placeholder"))
 
 
-def facts(**kw: Any) -> operation.Facts:
+def facts(**kw: Any) -> machine.Facts:
     base: dict[str, Any] = dict(spec_replicas=4, ready_replicas=4, pod_exists=True,
                                 pod_ready=True, node_mode="NORMAL")
     base.update(kw)
-    return operation.Facts(**base)
+    return machine.Facts(**base)
 
 
 def joined() -> operation.OperationState:
     op = operation.start("ScaleOut", "db", 3, 0.0, 60.0, "data")
-    op, _, _ = operation.advance(op, facts(node_mode="JOINING"), 1.0)
+    op, _, _ = machine.advance(op, facts(node_mode="JOINING"), 1.0)
     assert op.phase == "Joining"
     return op
 
@@ -106,47 +107,47 @@ def test_compaction_throughput_read_and_set() -> None:
 # -- the state machine --------------------------------------------------------------------------
 def test_cleanup_runs_on_each_old_node_in_turn_then_the_operation_is_done() -> None:
     op = joined()
-    op, eff, done = operation.advance(op, facts(), 2.0)
+    op, eff, done = machine.advance(op, facts(), 2.0)
     assert (eff, done, op.phase, op.cleanup_pod(), op.cleanup_issued_s) == \
         ("cleanup", False, "CleaningUp", "db-0", 2.0)
     assert operation.allowed_replicas(op) == (4,)
-    op, eff, _ = operation.advance(op, facts(cleanup="running"), 3.0)
+    op, eff, _ = machine.advance(op, facts(cleanup="running"), 3.0)
     assert eff == "none" and "running on db-0 (1 of 3)" in op.message
-    op, eff, _ = operation.advance(op, facts(cleanup="done"), 4.0)
+    op, eff, _ = machine.advance(op, facts(cleanup="done"), 4.0)
     assert (eff, op.cleanup_pod()) == ("cleanup", "db-1")
-    op, eff, _ = operation.advance(op, facts(cleanup="done"), 5.0)
+    op, eff, _ = machine.advance(op, facts(cleanup="done"), 5.0)
     assert (eff, op.cleanup_pod()) == ("cleanup", "db-2")
-    op, eff, done = operation.advance(op, facts(cleanup="done"), 6.0)
+    op, eff, done = machine.advance(op, facts(cleanup="done"), 6.0)
     assert (eff, done, op.phase) == ("none", True, "Done")
     assert "3 old node(s) cleaned up" in op.message
 
 
 def test_a_restarted_operator_resumes_cleanup_from_the_status() -> None:
-    op, _, _ = operation.advance(joined(), facts(), 2.0)
+    op, _, _ = machine.advance(joined(), facts(), 2.0)
     op = op.__class__(**{**op.__dict__, "cleanup_restore_mibps": 64.0})
     again = operation.OperationState.from_status(op.to_status())
     assert again == op
     operation.check_identity(again, "db", "data")
     # this process issued nothing: a cleanup the node shows is waited for, none is re-issued
-    w, eff, _ = operation.advance(again, facts(cleanup=None, cleanup_seen=True), 50.0)
+    w, eff, _ = machine.advance(again, facts(cleanup=None, cleanup_seen=True), 50.0)
     assert eff == "none" and w.cleanup_issued_s == 2.0
-    r, eff, _ = operation.advance(again, facts(cleanup=None, cleanup_seen=False), 50.0)
+    r, eff, _ = machine.advance(again, facts(cleanup=None, cleanup_seen=False), 50.0)
     assert (eff, r.cleanup_pod(), r.cleanup_issued_s, r.cleanup_restore_mibps) == \
         ("cleanup", "db-0", 50.0, 64.0)  # the node's own throttle is still the one to restore
-    u, eff, _ = operation.advance(again, facts(cleanup=None, cleanup_seen=None), 50.0)
+    u, eff, _ = machine.advance(again, facts(cleanup=None, cleanup_seen=None), 50.0)
     assert eff == "none" and "could not be read" in u.message
 
 
 def test_a_failed_cleanup_is_stuck_and_a_tampered_ordinal_refused() -> None:
-    op, _, _ = operation.advance(joined(), facts(), 2.0)
-    stuck, eff, done = operation.advance(op, facts(cleanup="failed: exited 2: no space"), 3.0)
+    op, _, _ = machine.advance(joined(), facts(), 2.0)
+    stuck, eff, done = machine.advance(op, facts(cleanup="failed: exited 2: no space"), 3.0)
     assert (eff, done, stuck.phase) == ("stuck", False, "Stuck")
     assert "no space" in stuck.message and "scale-in" in stuck.message
     bad = op.__class__(**{**op.__dict__, "cleanup_ordinal": 3})  # the new node itself
     with pytest.raises(ElastoreError, match=r"old nodes 0\.\.2"):
         operation.check_identity(bad, "db", "data")
     # drift during cleanup is a conflict, as in every phase
-    _, eff, _ = operation.advance(op, facts(spec_replicas=3), 4.0)
+    _, eff, _ = machine.advance(op, facts(spec_replicas=3), 4.0)
     assert eff == "conflict"
 
 

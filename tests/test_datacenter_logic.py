@@ -1,8 +1,9 @@
 """A cass-operator datacenter's resize as elastore decides it: the rack-balanced step, the
 multi-node migration-time model, the checks before a step, and the state machine that
-follows cass-operator (elastore.operator.dcoperation, elastore.operator.ringcheck). Pure:
-the facts are the ones cass-operator's status and pods carry (k8ssandra/cass-operator
-v1.22.4); the real CRD on a real API server is test_datacenter_k8s.py."""
+follows cass-operator (elastore.stores.cass_operator.machine,
+elastore.stores.cassandra.ring). Pure: the facts are the ones cass-operator's status and
+pods carry (k8ssandra/cass-operator v1.22.4); the real CRD on a real API server is
+test_datacenter_k8s.py."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import pytest
 from elastore.actuators.nodetool import Replication, Ring, RingNode
 from elastore.actuators.ports import DatacenterFacts
 from elastore.errors import ElastoreError
-from elastore.operator import dcoperation as dco
-from elastore.operator.operation import expected_seconds
-from elastore.operator.ringcheck import decommission_refusal
 from elastore.sim.engine import Cluster
 from elastore.sim.kube import SimulatedKube
+from elastore.stores.cass_operator import machine as dco
+from elastore.stores.cassandra.ring import decommission_refusal
+from elastore.stores.operation import expected_seconds
 from elastore.units import GIB
 
 READY = DatacenterFacts(name="dc1", size=3, racks=("r1", "r2", "r3"), generation=4,

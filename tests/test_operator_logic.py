@@ -15,12 +15,14 @@ import pytest
 from elastore.actuators import nodetool
 from elastore.errors import ElastoreError
 from elastore.models import ModelSet
-from elastore.operator import operation, policyloop
+from elastore.operator import policyloop
 from elastore.operator.conditions import set_condition
 from elastore.operator.metrics import MetricsError, Snapshot
 from elastore.operator.presets import PRESETS, QUERY_NAMES
-from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import SpecError, parse, parse_duration
+from elastore.stores import operation
+from elastore.stores.cassandra import machine
+from elastore.stores.cassandra.ring import decommission_refusal
 from elastore.units import GIB
 
 BASE: dict[str, Any] = {
@@ -280,68 +282,68 @@ def test_conditions_keep_their_transition_time_until_the_status_flips() -> None:
 
 
 # --- the operation state machine ----------------------------------------------------------
-def facts(**kw: Any) -> operation.Facts:
+def facts(**kw: Any) -> machine.Facts:
     base: dict[str, Any] = dict(spec_replicas=3, ready_replicas=3, pod_exists=True,
                                 pod_ready=True, node_mode="NORMAL")
     base.update(kw)
-    return operation.Facts(**base)
+    return machine.Facts(**base)
 
 
 def test_scale_out_sets_replicas_then_waits_for_the_node_to_join() -> None:
     op = operation.start("ScaleOut", "db", 3, 0.0, 60.0, "data")
     assert (op.pod, op.to_replicas, op.pvc) == ("db-3", 4, "data-db-3")
-    op, eff, done = operation.advance(op, facts(pod_exists=False, pod_ready=False,
-                                                node_mode=None), 1.0)
+    op, eff, done = machine.advance(op, facts(pod_exists=False, pod_ready=False,
+                                              node_mode=None), 1.0)
     assert (eff, done, op.phase) == ("scale", False, "Scaling")
-    op, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 2.0)
+    op, eff, done = machine.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 2.0)
     assert (eff, done, op.phase) == ("none", False, "Joining")
-    op, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 3.0)
+    op, eff, done = machine.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 3.0)
     assert (eff, done) == ("none", False) and "JOINING" in op.message
-    joined, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="NORMAL"), 4.0,
-                                          cleanup=False)
+    joined, eff, done = machine.advance(op, facts(spec_replicas=4, node_mode="NORMAL"), 4.0,
+                                        cleanup=False)
     assert (eff, done, joined.phase) == ("none", True, "Done")
     # with cleanup (the default) the old nodes are cleaned next: tests/test_cleanup.py
-    op, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="NORMAL"), 4.0)
+    op, eff, done = machine.advance(op, facts(spec_replicas=4, node_mode="NORMAL"), 4.0)
     assert (eff, done, op.phase, op.cleanup_pod()) == ("cleanup", False, "CleaningUp", "db-0")
 
 
 def test_scale_in_decommissions_then_lowers_replicas_then_cleans_up() -> None:
     op = operation.start("ScaleIn", "db", 4, 0.0, 60.0, "data")
     assert (op.pod, op.to_replicas, op.phase) == ("db-3", 3, "Decommissioning")
-    op, eff, _ = operation.advance(op, facts(spec_replicas=4), 10.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=4), 10.0)
     assert eff == "decommission" and op.decommission_issued_s == 10.0
     # still NORMAL a moment later: the decommission is not issued twice
-    op, eff, _ = operation.advance(op, facts(spec_replicas=4), 12.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=4), 12.0)
     assert eff == "none"
-    op, eff, _ = operation.advance(op, facts(spec_replicas=4, node_mode="LEAVING"), 40.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=4, node_mode="LEAVING"), 40.0)
     assert eff == "none" and op.phase == "Decommissioning"
     # it says DECOMMISSIONED; until another node's ring drops it, nothing (issue 34)
-    _, eff, _ = operation.advance(op, facts(spec_replicas=4, node_mode="DECOMMISSIONED"), 90.0)
+    _, eff, _ = machine.advance(op, facts(spec_replicas=4, node_mode="DECOMMISSIONED"), 90.0)
     assert eff == "none"
-    op, eff, _ = operation.advance(op, facts(spec_replicas=4, node_mode="DECOMMISSIONED",
-                                             ring_gone=True), 90.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=4, node_mode="DECOMMISSIONED",
+                                           ring_gone=True), 90.0)
     assert (eff, op.phase) == ("scale", "Scaling")
-    op, eff, _ = operation.advance(op, facts(spec_replicas=3, node_mode=None), 91.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=3, node_mode=None), 91.0)
     assert (eff, op.phase) == ("none", "Scaling")  # the pod is still terminating
-    op, eff, _ = operation.advance(op, facts(spec_replicas=3, pod_exists=False,
-                                             node_mode=None), 95.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=3, pod_exists=False,
+                                           node_mode=None), 95.0)
     assert op.phase == "Cleanup"
-    kept, eff, done = operation.advance(op, facts(spec_replicas=3, pod_exists=False,
-                                                  node_mode=None, pvc_exists=True), 96.0)
+    kept, eff, done = machine.advance(op, facts(spec_replicas=3, pod_exists=False,
+                                                node_mode=None, pvc_exists=True), 96.0)
     assert (eff, done) == ("none", True) and "PVC data-db-3 retained" in kept.message
-    gone, eff, done = operation.advance(op, facts(spec_replicas=3, pod_exists=False,
-                                                  node_mode=None, pvc_exists=True,
-                                                  pvc_marked=True), 96.0,
-                                        pvc_policy="Delete")
+    gone, eff, done = machine.advance(op, facts(spec_replicas=3, pod_exists=False,
+                                                node_mode=None, pvc_exists=True,
+                                                pvc_marked=True), 96.0,
+                                      pvc_policy="Delete")
     assert (eff, done) == ("delete-pvc", False)
     # without the operator's own mark on the PVC (seen leaving the ring), never deleted
-    kept, eff, done = operation.advance(op, facts(spec_replicas=3, pod_exists=False,
-                                                  node_mode=None, pvc_exists=True), 96.0,
-                                        pvc_policy="Delete")
+    kept, eff, done = machine.advance(op, facts(spec_replicas=3, pod_exists=False,
+                                                node_mode=None, pvc_exists=True), 96.0,
+                                      pvc_policy="Delete")
     assert (eff, done) == ("none", True) and "carries no mark" in kept.message
-    _, eff, done = operation.advance(gone, facts(spec_replicas=3, pod_exists=False,
-                                                 node_mode=None, pvc_exists=False), 97.0,
-                                     pvc_policy="Delete")
+    _, eff, done = machine.advance(gone, facts(spec_replicas=3, pod_exists=False,
+                                               node_mode=None, pvc_exists=False), 97.0,
+                                   pvc_policy="Delete")
     assert (eff, done) == ("none", True)
 
 
@@ -349,14 +351,14 @@ def test_a_restarted_operator_resumes_from_the_status_without_repeating() -> Non
     """The status round trip loses nothing, and a decommission issued just before a crash
     is not issued again; one issued long ago without effect is."""
     op = operation.start("ScaleIn", "db", 4, 0.0, 60.0)
-    op, eff, _ = operation.advance(op, facts(spec_replicas=4), 10.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=4), 10.0)
     assert eff == "decommission"
     again = operation.OperationState.from_status(op.to_status())
     assert again == op
-    _, eff, _ = operation.advance(again, facts(spec_replicas=4), 30.0)
+    _, eff, _ = machine.advance(again, facts(spec_replicas=4), 30.0)
     assert eff == "none"
-    _, eff, _ = operation.advance(again, facts(spec_replicas=4),
-                                  10.0 + operation.REISSUE_AFTER_S + 1)
+    _, eff, _ = machine.advance(again, facts(spec_replicas=4),
+                                10.0 + machine.REISSUE_AFTER_S + 1)
     assert eff == "decommission"
     assert operation.OperationState.from_status(None) is None
     with pytest.raises(ElastoreError, match="unreadable operation"):
@@ -366,7 +368,7 @@ def test_a_restarted_operator_resumes_from_the_status_without_repeating() -> Non
 def test_a_pod_lost_before_it_left_the_ring_stops_the_operation() -> None:
     op = operation.start("ScaleIn", "db", 4, 0.0, 60.0)
     with pytest.raises(ElastoreError, match="before it left the ring"):
-        operation.advance(op, facts(spec_replicas=4, pod_exists=False, node_mode=None), 5.0)
+        machine.advance(op, facts(spec_replicas=4, pod_exists=False, node_mode=None), 5.0)
 
 
 def test_netstats_mode() -> None:
@@ -522,15 +524,15 @@ def test_drift_on_the_state_machine_is_a_conflict_never_a_scale() -> None:
     node reaches DECOMMISSIONED the machine used to scale to 3 (deleting two pods that
     never left the ring). Every phase now checks the size it expects."""
     op = operation.start("ScaleIn", "db", 4, 0.0, 60.0, "data")
-    op, eff, _ = operation.advance(op, facts(spec_replicas=4), 10.0)
+    op, eff, _ = machine.advance(op, facts(spec_replicas=4), 10.0)
     assert eff == "decommission"
     for mode in ("LEAVING", "DECOMMISSIONED", "NORMAL"):
-        held, eff, done = operation.advance(op, facts(spec_replicas=6, node_mode=mode), 20.0)
+        held, eff, done = machine.advance(op, facts(spec_replicas=6, node_mode=mode), 20.0)
         assert (eff, done, held.phase) == ("conflict", False, "Decommissioning")
         assert "drift" in held.message and "expects 4" in held.message
     out = operation.start("ScaleOut", "db", 3, 0.0, 60.0)
-    out, eff, _ = operation.advance(out, facts(spec_replicas=4, node_mode="JOINING"), 1.0)
-    _, eff, _ = operation.advance(out, facts(spec_replicas=2, node_mode="JOINING"), 2.0)
+    out, eff, _ = machine.advance(out, facts(spec_replicas=4, node_mode="JOINING"), 1.0)
+    _, eff, _ = machine.advance(out, facts(spec_replicas=2, node_mode="JOINING"), 2.0)
     assert eff == "conflict"
 
 
@@ -552,26 +554,26 @@ def test_stuck_past_its_deadline_or_refused_and_then_nothing_more() -> None:
     op = operation.start("ScaleOut", "db", 3, 0.0, exp)
     assert op.deadline_s == pytest.approx(operation.DEADLINE_FACTOR * exp +
                                           operation.DEADLINE_MARGIN_S)
-    op, _, _ = operation.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 1.0)
+    op, _, _ = machine.advance(op, facts(spec_replicas=4, node_mode="JOINING"), 1.0)
     late = op.deadline_s + 1
-    stuck, eff, done = operation.advance(op, facts(spec_replicas=4, node_mode="JOINING"), late)
+    stuck, eff, done = machine.advance(op, facts(spec_replicas=4, node_mode="JOINING"), late)
     assert (eff, done, stuck.phase) == ("stuck", False, "Stuck") and "deadline" in stuck.message
-    again, eff, _ = operation.advance(stuck, facts(spec_replicas=4, node_mode="NORMAL"), late)
+    again, eff, _ = machine.advance(stuck, facts(spec_replicas=4, node_mode="NORMAL"), late)
     assert (eff, again) == ("none", stuck)  # no further effect, even if it would finish now
     assert operation.OperationState.from_status(stuck.to_status()) == stuck
     # a decommission the store refused: Stuck at once, with its output, never re-issued
     out = operation.start("ScaleIn", "db", 4, 0.0, 600.0)
-    out, eff, _ = operation.advance(out, facts(spec_replicas=4), 1.0)
+    out, eff, _ = machine.advance(out, facts(spec_replicas=4), 1.0)
     assert eff == "decommission"
     why = "nodetool decommission exited 2: Not enough live nodes to maintain RF"
-    s, eff, _ = operation.advance(out, facts(spec_replicas=4, decommission_failed=why),
-                                  1.0 + operation.REISSUE_AFTER_S + 1)
+    s, eff, _ = machine.advance(out, facts(spec_replicas=4, decommission_failed=why),
+                                1.0 + machine.REISSUE_AFTER_S + 1)
     assert (eff, s.phase) == ("stuck", "Stuck") and "Not enough live nodes" in s.message
     # Cassandra 5.0 says so itself: the node is DECOMMISSION_FAILED, not NORMAL (found on
     # the lab's 5.0.4); with or without the exec's own failure (an operator restarted)
     for failed in (why, None):
-        s, eff, _ = operation.advance(out, facts(spec_replicas=4, node_mode="DECOMMISSION_FAILED",
-                                                 decommission_failed=failed), 5.0)
+        s, eff, _ = machine.advance(out, facts(spec_replicas=4, node_mode="DECOMMISSION_FAILED",
+                                               decommission_failed=failed), 5.0)
         assert (eff, s.phase) == ("stuck", "Stuck"), s
         assert (failed or "its node reports DECOMMISSION_FAILED") in s.message
 

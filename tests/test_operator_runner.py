@@ -766,7 +766,7 @@ def test_forged_stale_pvc_mark_is_not_honoured(ms: ModelSet, stale: str) -> None
     Cleanup of a ScaleIn 4 -> 3 (pvcPolicy Delete). The mark is from an earlier operation,
     or names this operation on another PVC's UID, or names none (an older operator's):
     none is this operation's own sight of the node leaving, so the PVC stays."""
-    from elastore.operator.operation import pvc_mark
+    from elastore.stores.operation import pvc_mark
 
     rig = paused_rig(ms, floor=3, delete=True)
     rig.kube.pvcs.add("data-db-3")

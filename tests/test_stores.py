@@ -17,12 +17,10 @@ import yaml
 
 from elastore.actuators.ports import DriftError, StatefulSetFacts
 from elastore.errors import ElastoreError
-from elastore.operator import operation
-from elastore.operator.operation import OperationState
 from elastore.operator.spec import SpecError, parse
 from elastore.planner import admission
 from elastore.planner.admission import Facts, Intent
-from elastore.stores import registry, steps
+from elastore.stores import operation, registry, steps
 from elastore.stores.base import (
     Advanced,
     EffectFailed,
@@ -30,6 +28,7 @@ from elastore.stores.base import (
     StoreDriver,
     Target,
 )
+from elastore.stores.operation import OperationState
 
 REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "charts" / "elastore" / "crds" / "elasticpolicies.elastore.io.yaml"

@@ -11,9 +11,9 @@ import pytest
 
 from elastore.actuators.swiftring import Misplaced, moves, parse_devices, parse_du
 from elastore.errors import ElastoreError
-from elastore.operator import operation
 from elastore.operator.spec import SpecError, parse
-from elastore.operator.swiftoperation import SwiftFacts, advance
+from elastore.stores import operation
+from elastore.stores.swift.machine import SwiftFacts, advance
 
 DONE = {"object": Misplaced(0, 0, 0), "container": Misplaced(0, 0, 0),
         "account": Misplaced(0, 0, 0)}

@@ -17,7 +17,7 @@ from elastore.errors import ElastoreError
 MANAGED_LABEL = "elastore.io/managed"
 #: the annotation the operator puts on a PVC when it saw that PVC's node leave the ring:
 #: the only evidence a PVC deletion trusts (the policy's status can be patched by others);
-#: its value names the operation and the PVC's UID (elastore.operator.operation.pvc_mark)
+#: its value names the operation and the PVC's UID (elastore.stores.operation.pvc_mark)
 LEFT_RING_ANNOTATION = "elastore.io/left-ring"
 
 

@@ -25,7 +25,7 @@ from elastore.hubbub.effect import InterferenceEffect
 from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
-from elastore.operator import bandwidth, calibration, controls, operation, policyloop
+from elastore.operator import bandwidth, calibration, controls, policyloop
 from elastore.operator.conditions import condition, iso
 from elastore.operator.metrics import MetricsSource, Snapshot
 from elastore.operator.policyapi import PolicyStore
@@ -33,6 +33,7 @@ from elastore.operator.spec import PolicySpec
 from elastore.operator.telemetry import OperatorMetrics
 from elastore.operator.tick import Tick
 from elastore.planner.types import Operation
+from elastore.stores import operation
 
 log = logging.getLogger("elastore.operator")
 RETRY_S = 30.0  # after a failed observation, at most this long until the next try

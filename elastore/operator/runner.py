@@ -39,7 +39,7 @@ from typing import Any
 from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, StatefulSetFacts
 from elastore.errors import ElastoreError
 from elastore.models.bundle import ModelSet
-from elastore.operator import bandwidth, controls, operation, policyloop, stepping
+from elastore.operator import bandwidth, controls, policyloop, stepping
 from elastore.operator.conditions import condition
 from elastore.operator.metrics import MetricsSource, prometheus_source
 from elastore.operator.period import RETRY_S, ControlPeriod
@@ -48,7 +48,7 @@ from elastore.operator.runtime import DEFAULT_NODETOOLS
 from elastore.operator.spec import PolicySpec, SpecError, parse
 from elastore.operator.telemetry import OperatorMetrics
 from elastore.operator.tick import Tick
-from elastore.stores import entry
+from elastore.stores import entry, operation
 from elastore.stores.base import Allowed, StoreCall, StoreDriver
 from elastore.stores.registry import driver_class, served
 

@@ -14,11 +14,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from elastore.errors import ElastoreError
-from elastore.operator import calibration, controls, operation, policyloop
+from elastore.operator import calibration, controls, policyloop
 from elastore.operator.conditions import iso
 from elastore.operator.tick import Tick
 from elastore.planner import admission, behavior
-from elastore.stores import steps
+from elastore.stores import operation, steps
 from elastore.stores.steps import scaling as _scaling
 
 if TYPE_CHECKING:

@@ -11,9 +11,10 @@ from typing import Any, Literal
 from elastore.actuators.ports import StatefulSetFacts
 from elastore.models.bundle import ModelSet
 from elastore.models.online import Calibration
-from elastore.operator import controls, operation, policyloop
+from elastore.operator import controls, policyloop
 from elastore.operator.conditions import set_condition
 from elastore.operator.spec import PolicySpec
+from elastore.stores import operation
 from elastore.stores.base import StoreDriver, Target
 
 Conditions = list[dict[str, Any]]

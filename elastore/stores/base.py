@@ -23,9 +23,9 @@ from typing import Any, Literal, Protocol
 
 from elastore.actuators.ports import ClusterPort, DatacenterFacts, StatefulSetFacts
 from elastore.errors import ElastoreError
-from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
 from elastore.planner.stabilization import Recommendations
+from elastore.stores.operation import OperationState
 
 Kind = Literal["ScaleOut", "ScaleIn"]
 #: (reason, message) of a refusal or a hold, as the status's conditions say it

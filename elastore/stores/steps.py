@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from elastore.actuators.ports import DriftError
 from elastore.errors import ElastoreError
-from elastore.operator.operation import OperationState
 from elastore.stores.base import EffectFailed, FactsUnreadable, StoreCall, StoreDriver, Why
+from elastore.stores.operation import OperationState
 
 
 def scaling(kind: str) -> str:

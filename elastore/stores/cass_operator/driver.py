@@ -8,12 +8,12 @@ from elastore.actuators.ports import (
     DatacenterPort,
     StatefulSetFacts,
 )
-from elastore.operator import dcoperation
-from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
 from elastore.planner.stabilization import Recommendations
 from elastore.stores.base import Advanced, Allowed, Begun, Kind, StoreCall, Target, Why, floor
+from elastore.stores.cass_operator import machine
 from elastore.stores.cassandra.nodes import CassandraNodes
+from elastore.stores.operation import OperationState
 
 
 def _port(port: ClusterPort) -> DatacenterPort:
@@ -38,10 +38,10 @@ class DatacenterDriver(CassandraNodes):
             return None
         sizes = StatefulSetFacts(d.name, d.size, d.ready_pods, len(d.pods), None,
                                  d.volume_bytes, d.managed, d.owner)
-        up, down = dcoperation.step_sizes(d.size, len(d.racks))
+        up, down = machine.step_sizes(d.size, len(d.racks))
         return Target(sizes, d, {"datacenter": {
             "racks": list(d.racks), "size": d.size, "readyPods": d.ready_pods, "stepUp": up,
-            "stepDown": down, "cassOperator": dcoperation.busy(d) or "Ready"}})
+            "stepDown": down, "cassOperator": machine.busy(d) or "Ready"}})
 
     def missing(self, namespace: str, spec: PolicySpec) -> str:
         return (f"CassandraDatacenter {namespace}/{spec.target.name} not found (is "
@@ -68,10 +68,10 @@ class DatacenterDriver(CassandraNodes):
         """Rack-balanced steps: up to the next multiple of the racks as soon as the plan
         wants more; down only once the plan wants the next multiple below (or less)."""
         dc, size = self._dc(call), call.sts.spec_replicas
-        up, down = dcoperation.step_sizes(size, len(dc.racks))
+        up, down = machine.step_sizes(size, len(dc.racks))
         if wanted > size:
             return up
-        held = None if user_named else dcoperation.step_down_held(
+        held = None if user_named else machine.step_down_held(
             wanted, size, down, recent_desired, call.now, call.spec.stabilization_s)
         if held is None:
             return down
@@ -79,7 +79,7 @@ class DatacenterDriver(CassandraNodes):
 
     def holds(self, call: StoreCall, kind: Kind, step_to: int | None) -> Why | None:
         dc = self._dc(call)
-        busy = dcoperation.busy(dc)
+        busy = machine.busy(dc)
         if busy is not None:
             return "DatacenterBusy", f"the plan wants {step_to} replicas; no step while {busy}"
         held = self.repair_hold(call, kind, list(dc.pods))
@@ -105,17 +105,17 @@ class DatacenterDriver(CassandraNodes):
         spec, sts, dc = call.spec, call.sts, self._dc(call)
         assert step_to is not None
         data = (call.status.get("observed") or {}).get("dataBytes")
-        expected = dcoperation.expected_step_seconds(
+        expected = machine.expected_step_seconds(
             kind, sts.spec_replicas, step_to, None if data is None else float(data),
             call.migration_mibps(), spec.node_overhead_s)
-        new = dcoperation.start(kind, spec.target.name, sts.spec_replicas, step_to,
+        new = machine.start(kind, spec.target.name, sts.spec_replicas, step_to,
                                 max(call.now, call.clock()), expected)
         what = (f"{sts.spec_replicas} -> {step_to} replicas (CassandraDatacenter "
                 f"{spec.target.name}, {len(dc.racks)} rack(s))")
         return Begun(new, what, after=f"expected to take {expected:.0f} s")
 
     def check_identity(self, op: OperationState, call: StoreCall, floor: int) -> None:
-        dcoperation.check_identity(op, call.spec.target.name, len(self._dc(call).racks), floor)
+        machine.check_identity(op, call.spec.target.name, len(self._dc(call).racks), floor)
 
     def advance(self, call: StoreCall, op: OperationState) -> Advanced:
         dc = self._dc(call)
@@ -124,8 +124,8 @@ class DatacenterDriver(CassandraNodes):
                 and not call.ring_checked:
             # read from the status: the size is lowered only on the checks a new step has
             # (cass-operator's own conditions, the floor, the ring and the space)
-            unfit = dcoperation.busy(dc) or self.refusal(call, op.kind, op.to_replicas)
-        new, effect, done = dcoperation.advance(op, dc, call.now, unfit)
+            unfit = machine.busy(dc) or self.refusal(call, op.kind, op.to_replicas)
+        new, effect, done = machine.advance(op, dc, call.now, unfit)
         return Advanced(new, effect, done)
 
     def before_effect(self, call: StoreCall, op: OperationState, new: Advanced) -> str | None:

@@ -1,6 +1,6 @@
 """Cassandra in a StatefulSet of the user's: elastore adds a node by raising ``replicas`` and
 removes one by decommissioning it first (``nodetool`` in its pod), then, after a scale-out,
-cleans the old nodes up (:mod:`elastore.operator.operation` is the step machine).
+cleans the old nodes up (:mod:`elastore.stores.cassandra.machine` is the step machine).
 
 Irreversible effects wait for the store's own word, never the status's: ``replicas`` goes
 down only when the leaving node reports DECOMMISSIONED itself and another node's ring no

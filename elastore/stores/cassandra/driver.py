@@ -7,11 +7,11 @@ from dataclasses import replace
 
 from elastore.actuators.ports import ClusterPort
 from elastore.errors import ElastoreError
-from elastore.operator import bandwidth, operation
+from elastore.operator import bandwidth
 from elastore.operator.conditions import iso
-from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
 from elastore.planner.stabilization import Recommendations
+from elastore.stores import operation
 from elastore.stores.base import (
     Advanced,
     Begun,
@@ -22,7 +22,9 @@ from elastore.stores.base import (
     Why,
     floor,
 )
+from elastore.stores.cassandra import machine
 from elastore.stores.cassandra.nodes import CassandraNodes, nodetool
+from elastore.stores.operation import OperationState
 
 log = logging.getLogger("elastore.operator")
 
@@ -153,11 +155,11 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
             facts = self._facts(call, op)
         except ElastoreError as exc:
             raise FactsUnreadable(str(exc)) from exc
-        new, effect, done = operation.advance(op, facts, call.now, call.spec.pvc_policy,
-                                              cleanup=call.spec.cleanup)
+        new, effect, done = machine.advance(op, facts, call.now, call.spec.pvc_policy,
+                                            cleanup=call.spec.cleanup)
         return Advanced(new, effect, done)
 
-    def _facts(self, call: StoreCall, op: OperationState) -> operation.Facts:
+    def _facts(self, call: StoreCall, op: OperationState) -> machine.Facts:
         sts, port, ns, spec = call.sts, call.port, call.namespace, call.spec
         exists, ready = port.pod(ns, op.pod)
         mode = nodetool(port).node_mode(ns, op.pod, spec.target.container, spec.target.nodetool) \
@@ -170,8 +172,8 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
             op.kind == "ScaleIn" and op.phase == "Decommissioning" and \
             op.decommission_issued_s is not None else None
         said, seen = self._cleanup_facts(call, op)
-        return operation.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
-                               marked, failed, said, seen, gone)
+        return machine.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
+                             marked, failed, said, seen, gone)
 
     def before_effect(self, call: StoreCall, op: OperationState, new: Advanced) -> str | None:
         if new.effect == "decommission" and not call.ring_checked:

@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 from elastore.actuators.ports import ClusterPort, NodetoolPort
 from elastore.errors import ElastoreError
-from elastore.operator.ringcheck import decommission_refusal
 from elastore.operator.spec import PolicySpec
 from elastore.stores.base import Allowed, Kind, StoreCall, Why
+from elastore.stores.cassandra.ring import decommission_refusal
 
 log = logging.getLogger("elastore.operator")
 
@@ -190,7 +190,7 @@ class CassandraNodes:
 
     def ring_refusal(self, call: StoreCall, pod: str, leaving: int = 1) -> str | None:
         """The checks before every decommission, on the cluster as nodetool shows it in
-        ``pod`` (:mod:`elastore.operator.ringcheck`); unreadable is a refusal. For a
+        ``pod`` (:mod:`elastore.stores.cassandra.ring`); unreadable is a refusal. For a
         datacenter, read through one of its pods, for ``leaving`` nodes."""
         spec = call.spec
         if not pod:

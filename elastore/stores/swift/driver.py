@@ -14,9 +14,8 @@ from elastore.actuators.ports import (
 )
 from elastore.actuators.swiftring import Misplaced
 from elastore.errors import ElastoreError, MetricsError
-from elastore.operator import operation, swiftoperation, swiftpods
-from elastore.operator.operation import OperationState
 from elastore.operator.spec import PolicySpec
+from elastore.stores import operation
 from elastore.stores.base import (
     Advanced,
     Allowed,
@@ -26,6 +25,8 @@ from elastore.stores.base import (
     Why,
 )
 from elastore.stores.cassandra.driver import StatefulSetPods, mark_pvc, pvc_facts
+from elastore.stores.operation import OperationState
+from elastore.stores.swift import machine, pods
 
 
 def _port(port: ClusterPort) -> SwiftPort:
@@ -61,7 +62,7 @@ class SwiftDriver(StatefulSetPods):
         """The bytes on the target's devices, read in its pods (Swift's exporters have no
         such metric): a pod that cannot be read is ``MetricsMissing``, never 0."""
         try:
-            return swiftpods.disk_bytes(_port(port), spec, namespace, _pods(spec, replicas))
+            return pods.disk_bytes(_port(port), spec, namespace, _pods(spec, replicas))
         except ElastoreError as exc:
             raise MetricsError("MetricsMissing", f"dataBytes: the Swift pods' devices could "
                                                  f"not be read: {exc}") from exc
@@ -103,7 +104,7 @@ class SwiftDriver(StatefulSetPods):
             if sts.spec_replicas - 1 < replicas:
                 return (f"the rings keep {replicas:g} replicas: {sts.spec_replicas - 1} "
                         "pods cannot hold them apart")
-            view = swiftpods.observe(_port(call.port), spec, call.namespace,
+            view = pods.observe(_port(call.port), spec, call.namespace,
                                      _pods(spec, sts.spec_replicas), rings)
         except ElastoreError as exc:
             return f"the rings or the pods could not be read: {exc}"
@@ -116,7 +117,7 @@ class SwiftDriver(StatefulSetPods):
             return f"an earlier ring change is still moving data ({', '.join(busy)})"
         return None
 
-    def _facts(self, call: StoreCall, op: OperationState) -> swiftoperation.SwiftFacts:
+    def _facts(self, call: StoreCall, op: OperationState) -> machine.SwiftFacts:
         spec, sts = call.spec, call.sts
         port = _port(call.port)
         exists, ready = call.port.pod(call.namespace, op.pod)
@@ -136,7 +137,7 @@ class SwiftDriver(StatefulSetPods):
                 if dev is not None:
                     weight, parts = dev
                 n = op.to_replicas if op.kind == "ScaleOut" else op.from_replicas
-                view = swiftpods.observe(port, spec, call.namespace, _pods(spec, n), rings)
+                view = pods.observe(port, spec, call.namespace, _pods(spec, n), rings)
                 lagging, progress, why = view.lagging, view.progress, view.why
                 self._sizes = view.sizes
                 call.out["swift"] = {"diskBytes": view.disk_bytes,
@@ -147,12 +148,12 @@ class SwiftDriver(StatefulSetPods):
                                          for k, m in progress.items()}}
             except ElastoreError as exc:
                 why = str(exc)
-        return swiftoperation.SwiftFacts(sts.spec_replicas, exists, ready, ip, weight, parts,
+        return machine.SwiftFacts(sts.spec_replicas, exists, ready, ip, weight, parts,
                                          lagging, progress, why, pvc, marked)
 
     def advance(self, call: StoreCall, op: OperationState) -> Advanced:
         facts = self._facts(call, op)
-        new, effect, done = swiftoperation.advance(op, facts, call.now, call.spec.pvc_policy)
+        new, effect, done = machine.advance(op, facts, call.now, call.spec.pvc_policy)
         return Advanced(new, effect, done)
 
     def before_effect(self, call: StoreCall, op: OperationState, new: Advanced) -> str | None:
@@ -163,7 +164,7 @@ class SwiftDriver(StatefulSetPods):
         added again; a weight already 0 stays 0). A ring change that fails is retried."""
         port, ns = call.port, call.namespace
         nxt, effect = new.operation, new.effect
-        if op.phase in swiftoperation.BEFORE_SCALING and nxt.phase == "Scaling":
+        if op.phase in machine.BEFORE_SCALING and nxt.phase == "Scaling":
             mark_pvc(call, nxt)  # its data seen gone, by this operation
         if effect == "scale" and op.kind == "ScaleOut" and nxt.pvc:
             port.unmark_pvc(ns, nxt.pvc)  # the ordinal comes back
@@ -196,7 +197,7 @@ class SwiftDriver(StatefulSetPods):
         rv, rings = self._rings(call)
         if not self._sizes:  # what the partitions weigh: a look before the change
             with contextlib.suppress(ElastoreError):
-                self._sizes = swiftpods.observe(
+                self._sizes = pods.observe(
                     port, spec, call.namespace,
                     _pods(spec, max(op.from_replicas, op.to_replicas)), rings).sizes
         op_name = {"ring-add": "add", "ring-drain": "weight", "ring-remove": "remove"}[effect]

@@ -14,7 +14,7 @@ def _swift_statsd() -> Exporter:
     client PUT is written on every replica, so PUTs are divided by the replication factor.
     The latency per node is the object server's own (server side: below the proxy's, which
     adds the network and the slowest replica's write). Swift exports no bytes stored: the
-    operator reads them from the pods (``du``, :mod:`elastore.operator.swiftpods`)."""
+    operator reads them from the pods (``du``, :mod:`elastore.stores.swift.pods`)."""
     name = "swift_server_request_seconds"
 
     def rate(verb: str) -> str:

@@ -1,12 +1,13 @@
-"""A topology change in progress, one node at a time, as a state machine. Pure.
+"""A Cassandra node step in a StatefulSet, as a state machine. Pure.
 
-The operation lives in the CR status. Every tick the loop observes :class:`Facts` (the
-StatefulSet's replicas, the pod concerned, its node's ring mode from ``nodetool netstats``)
-and :func:`advance` returns the next state and at most one :data:`Effect` to carry out.
-Effects are idempotent given the facts (setting replicas to a number, deleting a PVC that
-may be gone) or guarded (a decommission is issued only while the node is NORMAL and not
-issued within the last ``REISSUE_AFTER_S``), so an operator killed at any point resumes
-from the status: it never repeats a step the cluster has taken, and never abandons one.
+The operation (:class:`~elastore.stores.operation.OperationState`) lives in the CR status.
+Every tick the loop observes :class:`Facts` (the StatefulSet's replicas, the pod concerned,
+its node's ring mode from ``nodetool netstats``) and :func:`advance` returns the next state
+and at most one :data:`Effect` to carry out. Effects are idempotent given the facts (setting
+replicas to a number, deleting a PVC that may be gone) or guarded (a decommission is issued
+only while the node is NORMAL and not issued within the last ``REISSUE_AFTER_S``), so an
+operator killed at any point resumes from the status: it never repeats a step the cluster
+has taken, and never abandons one.
 
 Scale-out: ``Scaling`` (replicas + 1) -> ``Joining`` (until the new node is NORMAL) ->
 ``CleaningUp``: ``nodetool cleanup`` on each old node, one at a time (ordinal 0 first), so
@@ -21,62 +22,36 @@ Scale-in: ``Decommissioning`` (decommission the highest ordinal, until DECOMMISS
 LEFT the ring) -> ``Scaling`` (replicas - 1, until the pod is gone) -> ``Cleanup`` (the PVC
 per policy; retained by default).
 
-**Drift.** Every phase knows which ``spec.replicas`` it may find (:func:`allowed_replicas`:
-the operation's own from/to). Anyone else's change to the StatefulSet's size while an
-operation runs (a human, another controller) is drift: :func:`advance` then returns the
-``conflict`` effect, which touches nothing, and waits for the size to come back. A
-scale-in that took its ``to_replicas`` at face value would, after someone scaled 4 -> 6,
-remove two pods that never left the ring.
-
-**Derived, not trusted.** The pod and the PVC an operation acts on follow from the target
-and the operation's ``fromReplicas`` (:func:`expected_pod`); the status is writable by
-anyone who may patch it, so :func:`check_identity` refuses an operation whose pod or PVC
-does not match, or a scale-in below ``max(replicas.min, replicationFactor)``.
+**Drift**, **identity** and the **deadline** are the rules every store's machine shares
+(:mod:`elastore.stores.operation`): a StatefulSet size other than the ones the phase may
+find (:func:`~elastore.stores.operation.allowed_replicas`) is the ``conflict`` effect,
+nothing touched; an operation past its deadline is ``Stuck``.
 
 **Status is a record, not the truth.** Before every irreversible effect :func:`advance`
 wants the fact in the store itself, not the phase the status claims: the replicas of a
 scale-in are lowered only while the leaving node reports ``DECOMMISSIONED`` itself and
 another node's ring no longer lists it (``Facts.ring_gone``); a claim the store contradicts
 is the ``reject`` effect (the runner: ``Conflict``/``StatusRejected``, nothing touched). A
-PVC is deleted only if it carries *this* operation's mark (:func:`pvc_mark`: the
-operation's ``id`` and the PVC's UID, :func:`mark_honoured`).
+PVC is deleted only if it carries *this* operation's mark
+(:func:`~elastore.stores.operation.pvc_mark`: the operation's ``id`` and the PVC's UID,
+:func:`~elastore.stores.operation.mark_honoured`).
 """
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from elastore.errors import ElastoreError
 from elastore.operator.conditions import iso
+from elastore.stores.operation import OperationState, allowed_replicas
 
 Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck",
                  "cleanup", "reject"]
 #: the ring mode of a node whose decommission failed (Cassandra 5.0+; netstats' ``Mode:``)
 DECOMMISSION_FAILED = "DECOMMISSION_FAILED"
 REISSUE_AFTER_S = 120.0  # a decommission that has not turned the node LEAVING by then is re-issued
-#: an operation's deadline: this many times what the migration-time model expects, plus
-#: DEADLINE_MARGIN_S (pods scheduling, JVMs starting, a slow first stream)
-DEADLINE_FACTOR = 2.0
-DEADLINE_MARGIN_S = 900.0
 
-
-def expected_seconds(kind: str, replicas: int, data_bytes: float | None, mibps: float,
-                     overhead_s: float, cleanup: bool = False) -> float:
-    """What the migration-time model expects one node step to take: the node's overhead
-    (boot and join, or the decommission's own) plus its data at the migration rate in force
-    (a joining node receives D/(n+1); a leaving one sends its D/n, one sender). With
-    ``cleanup`` a scale-out's old nodes then rewrite their data one at a time, throttled to
-    the same rate: n nodes x D/n = D more."""
-    from elastore.units import MIB
-
-    if data_bytes is None or not data_bytes > 0 or not mibps > 0:
-        return overhead_s
-    share = data_bytes / (replicas + 1) if kind == "ScaleOut" else data_bytes / replicas
-    if cleanup and kind == "ScaleOut":
-        share += data_bytes
-    return overhead_s + share / (mibps * MIB)
 
 @dataclass(frozen=True)
 class Facts:
@@ -99,164 +74,6 @@ class Facts:
     #: a scale-in's leaving node, as another node's ring shows it: True once that ring no
     #: longer lists it, False while it does, None when not read (or unreadable)
     ring_gone: bool | None = None
-
-
-@dataclass(frozen=True)
-class OperationState:
-    kind: Literal["ScaleOut", "ScaleIn"]
-    from_replicas: int
-    to_replicas: int
-    pod: str
-    phase: str
-    started_s: float
-    updated_s: float
-    expected_end_s: float
-    message: str = ""
-    decommission_issued_s: float | None = None
-    pvc: str | None = None
-    deadline_s: float | None = None  # past it, the operation is Stuck
-    cleanup_ordinal: int | None = None  # CleaningUp: the old node being cleaned
-    cleanup_issued_s: float | None = None
-    #: the cleaning node's compaction throttle before the cleanup set it (MiB/s; 0:
-    #: unthrottled), put back when its cleanup ends
-    cleanup_restore_mibps: float | None = None
-    #: the operation's own identity, generated when it begins (:func:`start`): a PVC mark
-    #: names it, so a mark left by another operation is never taken for this one's
-    id: str | None = None
-
-    def cleanup_pod(self) -> str | None:
-        """The pod of the node being cleaned up (the operation's pod is the new one)."""
-        if self.cleanup_ordinal is None:
-            return None
-        return f"{self.pod.rsplit('-', 1)[0]}-{self.cleanup_ordinal}"
-
-    def to_status(self) -> dict[str, Any]:
-        return {"kind": self.kind, "fromReplicas": self.from_replicas,
-                "toReplicas": self.to_replicas, "pod": self.pod, "phase": self.phase,
-                "startedAt": iso(self.started_s), "startedEpoch": round(self.started_s, 3),
-                "updatedEpoch": round(self.updated_s, 3),
-                "expectedEndEpoch": round(self.expected_end_s, 3), "message": self.message,
-                "decommissionIssuedEpoch": self.decommission_issued_s, "pvc": self.pvc,
-                "deadlineEpoch": None if self.deadline_s is None else round(self.deadline_s, 3),
-                "deadline": None if self.deadline_s is None else iso(self.deadline_s),
-                "cleanupOrdinal": self.cleanup_ordinal,
-                "cleanupIssuedEpoch": None if self.cleanup_issued_s is None
-                else round(self.cleanup_issued_s, 3),
-                "cleanupRestoreMiBps": self.cleanup_restore_mibps, "id": self.id}
-
-    @classmethod
-    def from_status(cls, d: Any) -> OperationState | None:
-        if not isinstance(d, dict) or not d.get("kind"):
-            return None
-        try:
-            return cls(kind=d["kind"], from_replicas=int(d["fromReplicas"]),
-                       to_replicas=int(d["toReplicas"]), pod=str(d["pod"]),
-                       phase=str(d["phase"]), started_s=float(d["startedEpoch"]),
-                       updated_s=float(d.get("updatedEpoch") or d["startedEpoch"]),
-                       expected_end_s=float(d.get("expectedEndEpoch") or d["startedEpoch"]),
-                       message=str(d.get("message", "")),
-                       decommission_issued_s=(None if d.get("decommissionIssuedEpoch") is None
-                                              else float(d["decommissionIssuedEpoch"])),
-                       pvc=d.get("pvc"),
-                       deadline_s=(None if d.get("deadlineEpoch") is None
-                                   else float(d["deadlineEpoch"])),
-                       cleanup_ordinal=(None if d.get("cleanupOrdinal") is None
-                                        else int(d["cleanupOrdinal"])),
-                       cleanup_issued_s=(None if d.get("cleanupIssuedEpoch") is None
-                                         else float(d["cleanupIssuedEpoch"])),
-                       cleanup_restore_mibps=(None if d.get("cleanupRestoreMiBps") is None
-                                              else float(d["cleanupRestoreMiBps"])),
-                       id=None if d.get("id") is None else str(d["id"]))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ElastoreError(f"unreadable operation in the status: {exc!r}: {d!r}") from exc
-
-
-def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: float,
-          expected_s: float, pvc_template: str | None = None, store: str = "cassandra"
-          ) -> OperationState:
-    """One node step: scale-out adds ordinal ``current``, scale-in removes ``current - 1``
-    (a Swift scale-in starts by draining: :mod:`elastore.operator.swiftoperation`)."""
-    if kind == "ScaleOut":
-        ordinal, to, phase = current, current + 1, "Scaling"
-    else:
-        ordinal, to = current - 1, current - 1
-        phase = "Draining" if store == "swift" else "Decommissioning"
-    pod = f"{sts}-{ordinal}"
-    return OperationState(kind, current, to, pod, phase, now_s, now_s, now_s + expected_s,
-                          message="started",
-                          pvc=f"{pvc_template}-{pod}" if pvc_template else None,
-                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S,
-                          id=new_id())
-
-
-def new_id() -> str:
-    """A fresh operation id."""
-    return uuid.uuid4().hex[:16]
-
-
-def pvc_mark(policy: str, at: str, op_id: str, uid: str) -> str:
-    """The value of the mark a PVC gets when its node is seen leaving: who, when, which
-    operation, and which PVC (its UID: a PVC created again under the name is another)."""
-    return f"{policy}@{at} op={op_id} uid={uid}"
-
-
-def mark_honoured(value: str | None, op_id: str | None, uid: str | None) -> bool:
-    """Whether a PVC's mark is this operation's on this very PVC: a mark left by an earlier
-    operation, on a PVC since created again, or by an operator that wrote no ids, is not."""
-    if not value or not op_id or not uid:
-        return False
-    said = dict(w.split("=", 1) for w in value.split() if "=" in w)
-    return said.get("op") == op_id and said.get("uid") == uid
-
-
-def expected_pod(kind: str, sts: str, from_replicas: int) -> str:
-    """The pod a node step concerns: the new ordinal, or the highest one."""
-    return f"{sts}-{from_replicas if kind == 'ScaleOut' else from_replicas - 1}"
-
-
-def check_identity(op: OperationState, sts: str, pvc_template: str | None, floor: int = 1
-                   ) -> None:
-    """Refuse an operation (read back from the status) whose pod or PVC is not the one its
-    own kind and size imply on this target, or a scale-in below ``floor``
-    (max(replicas.min, replicationFactor)): a status patched by someone else."""
-    if op.kind not in ("ScaleOut", "ScaleIn"):
-        raise ElastoreError(f"operation of unknown kind {op.kind!r}")
-    below_floor(op, floor)
-    if op.to_replicas != op.from_replicas + (1 if op.kind == "ScaleOut" else -1) or \
-            op.from_replicas < 1:
-        raise ElastoreError(f"operation {op.kind} {op.from_replicas} -> {op.to_replicas} is "
-                            "not a one-node step")
-    pod = expected_pod(op.kind, sts, op.from_replicas)
-    if op.pod != pod:
-        raise ElastoreError(f"the operation names pod {op.pod!r}; a {op.kind} from "
-                            f"{op.from_replicas} replicas of {sts} concerns {pod!r}")
-    pvc = f"{pvc_template}-{pod}" if pvc_template else None
-    if op.pvc != pvc:
-        raise ElastoreError(f"the operation names PVC {op.pvc!r}; {pod}'s is {pvc!r}")
-    if op.cleanup_ordinal is not None and not (
-            op.kind == "ScaleOut" and 0 <= op.cleanup_ordinal < op.from_replicas):
-        raise ElastoreError(f"the operation cleans up ordinal {op.cleanup_ordinal}; a "
-                            f"{op.kind} from {op.from_replicas} replicas has old nodes "
-                            f"0..{op.from_replicas - 1}")
-
-
-def below_floor(op: OperationState, floor: int) -> None:
-    """Refuse a scale-in to fewer than ``floor`` replicas, whatever its phase."""
-    if op.kind == "ScaleIn" and op.to_replicas < floor:
-        raise ElastoreError(f"{op.kind} {op.from_replicas} -> {op.to_replicas} goes below "
-                            f"max(replicas.min, replicationFactor) = {floor}")
-
-
-def allowed_replicas(op: OperationState) -> tuple[int, ...]:
-    """The StatefulSet sizes this phase may find; any other is drift."""
-    if op.kind == "ScaleOut":
-        return (op.from_replicas, op.to_replicas) if op.phase == "Scaling" else \
-            (op.to_replicas,)
-    if op.phase in ("Decommissioning", "Draining", "Removing"):  # Swift's: Draining, Removing
-        return (op.from_replicas,)
-    if op.phase == "Scaling":
-        return (op.from_replicas, op.to_replicas)
-    return (op.to_replicas,)
 
 
 def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "Retain",

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from elastore.actuators.ports import DatacenterFacts
 from elastore.errors import ElastoreError
 from elastore.operator.conditions import iso
-from elastore.operator.operation import (
+from elastore.stores.operation import (
     DEADLINE_FACTOR,
     DEADLINE_MARGIN_S,
     OperationState,

@@ -1,7 +1,8 @@
 """A Swift node step as a state machine. Pure: :func:`advance` reads :class:`SwiftFacts` and
-returns the next state and at most one effect, like :mod:`elastore.operator.operation` for
-Cassandra (whose :class:`~elastore.operator.operation.OperationState`, identity checks,
-drift rule and deadline it shares).
+returns the next state and at most one effect, like :mod:`elastore.stores.cassandra.machine`
+for Cassandra; the two share :mod:`elastore.stores.operation` (the
+:class:`~elastore.stores.operation.OperationState`, the identity checks, the drift rule and
+the deadline).
 
 Swift has no join or decommission of its own: a node's share is its device's weight in the
 rings, and the replicators move data after every ring change. The rings live in a
@@ -37,7 +38,7 @@ from typing import Any, Literal
 from elastore.actuators.swiftring import Misplaced
 from elastore.errors import ElastoreError
 from elastore.operator.conditions import iso
-from elastore.operator.operation import OperationState, allowed_replicas
+from elastore.stores.operation import OperationState, allowed_replicas
 
 Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "delete-pvc",
                  "conflict", "stuck", "reject"]
