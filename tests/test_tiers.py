@@ -27,7 +27,7 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
     phases = {p.name: p for p in tiers.test_phases([])}
     exprs = {name: p.argv[p.argv.index("-m") + 1] for name, p in phases.items()
              if "-m" in p.argv}
-    assert set(exprs) == {"parallel", "lab", "control-plane"}
+    assert set(exprs) == {"lab", "waiting", "units"}
     for marks in _marker_sets():
         chosen = [name for name, e in exprs.items() if _selected(e, marks)]
         if "measure" in marks:
@@ -37,47 +37,56 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
         if "lab" in marks and ("concurrent" not in marks or "k8s" in marks):
             # a store under load, or a store beside a control plane: alone
             assert chosen == ["lab"], marks
-        elif "k8s" in marks:
-            # a control plane over kwok's pods and no store: beside the lab phase
-            assert chosen == ["control-plane"], marks
+        elif "k8s" in marks or "lab" in marks:
+            # a control plane over kwok's pods and no store, or a real component that times
+            # nothing: beside the lab phase
+            assert chosen == ["waiting"], marks
         else:
-            # nothing timed: the unit suites and the lab tests that say they time nothing
-            assert chosen == ["parallel"], marks
+            # no control plane, no real component: the unit suites
+            assert chosen == ["units"], marks
 
 
-def test_only_the_control_plane_phase_runs_beside_another_and_niced() -> None:
-    names = [(p.name, p.beside) for p in tiers.test_phases([])]
-    k = names.index(("control-plane", True))
-    assert names[k - 1] == ("lab", False)  # beside the lab phase
-    assert [n for n, beside in names if beside] == ["control-plane"]
-    argv = tiers.test_phases([])[k].argv
-    assert argv[:3] == ("nice", "-n", str(tiers.BESIDE_NICE)) and tiers.BESIDE_NICE > 0
+def test_the_waiting_and_unit_phases_run_beside_the_lab_phase_at_lower_priorities() -> None:
+    phases = tiers.test_phases([])
+    names = [(p.name, p.beside) for p in phases]
+    k = names.index(("lab", False))
+    # the lab phase is last of the ones run alone, and everything after it runs beside it
+    assert names[k + 1:] == [("waiting", True), ("units", True)]
+    assert not any(beside for _, beside in names[:k + 1])
+    assert phases[k].argv[0] != "nice"  # the critical path keeps full priority
+    niceness = {p.name: int(p.argv[2]) for p in phases[k + 1:] if p.argv[:2] == ("nice", "-n")}
+    assert niceness == {"waiting": tiers.BESIDE_NICE, "units": tiers.UNITS_NICE}
+    # the units, pure CPU, yield to the suites that wait on a clock
+    assert 0 < tiers.BESIDE_NICE < tiers.UNITS_NICE <= 19
 
 
-def test_a_phase_beside_another_runs_at_the_same_time_and_its_failure_counts(
+def test_phases_beside_another_run_at_the_same_time_and_their_failures_count(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """The first phase waits for a file that only the phase beside it writes: the run ends
-    only if both ran at once (no clock involved). The beside phase's exit code is the run's,
-    and its output, kept to a log, is printed."""
-    flag = tmp_path / "beside-started"
-    first = ("sh", "-c", f"n=0; while [ ! -e {flag} ]; do n=$((n+1)); "
-             f"[ $n -gt 600 ] && exit 9; sleep 0.1; done; sleep 0.6; echo first-done")
-    second = ("sh", "-c", f"echo beside-said-this; touch {flag}; exit 3")
+    """The first phase waits for two files, each written only by one of the two phases
+    beside it: the run ends only if all three ran at once (no clock involved). A beside
+    phase's exit code is the run's, and each one's output, kept to a log, is printed."""
+    flags = [tmp_path / "second-started", tmp_path / "third-started"]
+    first = ("sh", "-c", f"n=0; while [ ! -e {flags[0]} ] || [ ! -e {flags[1]} ]; do "
+             f"n=$((n+1)); [ $n -gt 600 ] && exit 9; sleep 0.1; done; sleep 0.6; "
+             "echo first-done")
+    second = ("sh", "-c", f"echo second-said-this; touch {flags[0]}; exit 3")
+    third = ("sh", "-c", f"echo third-said-this; touch {flags[1]}")
     monkeypatch.setattr(tiers, "OUT", tmp_path / "times")
     monkeypatch.setattr(tiers, "test_phases", lambda extra: [
-        tiers.Phase("first", first), tiers.Phase("second", second, beside=True)])
+        tiers.Phase("first", first), tiers.Phase("second", second, beside=True),
+        tiers.Phase("third", third, beside=True)])
     assert tiers.run_tests(None, []) == 3
     out = capsys.readouterr().out
-    assert "first-done" in out and "beside-said-this" in out, out
+    assert "first-done" in out and "second-said-this" in out and "third-said-this" in out, out
     assert "second (beside)" in out and "FAILED (exit 3)" in out, out
     summary = json.loads((tmp_path / "times" / "summary.json").read_text())
     assert [(p["name"], p["exit"]) for p in summary["phases"]] == [
-        ("first", 0), ("second (beside)", 3)]
-    # the beside phase's own time: it ended as soon as it wrote the file, 0.6 s and more
-    # before the first phase did (not the time until both had ended)
-    first, second = (p["seconds"] for p in summary["phases"])
-    assert second < first - 0.4, summary["phases"]
+        ("first", 0), ("second (beside)", 3), ("third (beside)", 0)]
+    # a beside phase's own time: it ended as soon as it wrote its file, 0.6 s and more
+    # before the first phase did (not the time until all had ended)
+    first_s, *beside_s = (p["seconds"] for p in summary["phases"])
+    assert all(s < first_s - 0.4 for s in beside_s), summary["phases"]
 
 
 def _lines(path: Path, *recs: tuple[str, str, float, str]) -> Path:

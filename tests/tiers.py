@@ -4,16 +4,18 @@
     python tests/tiers.py lab-check [--only NAME[,NAME...]] [--list]
 
 ``test`` (what ``make test`` and CI run) is the mechanisms: lint, types, the MSTL baseline's
-tests in their own venv, then what times nothing and needs no control plane on 3
-pytest-xdist workers with the machine to themselves (the unit suites, and the lab tests
-marked ``concurrent``: real components, nothing timed), then two phases at once:
+tests in their own venv, then three phases at once:
 
-* ``lab``: the lab suites that time something (a latency, a rate, a deadline), one at a time;
-* ``control-plane``, beside it on 2 workers at a lower CPU priority (``nice``): the
-  control-plane suites, whose pods are kwok's and whose store is a stand-in (no Cassandra,
-  no Swift). They mostly wait on the wall clock, so the lab phase keeps the CPU when it
-  wants it; this phase's output goes to ``.test-times/control-plane.log`` and is printed
-  when both have ended.
+* ``lab``: the lab suites that time something (a latency, a rate, a deadline), one at a time,
+  at full priority: the run's critical path;
+* ``waiting``, beside it on 2 workers at a lower CPU priority (``nice``): the control-plane
+  suites (kwok's pods, a stand-in store: no Cassandra, no Swift) and the lab tests marked
+  ``concurrent`` (real components, nothing timed). They mostly wait on the wall clock;
+* ``units``, beside both on 2 workers at the lowest priority: the unit suites, pure CPU
+  and no clock, which take what CPU the other two leave.
+
+A phase run beside another keeps its output in ``.test-times/<name>.log``, printed when all
+have ended.
 
 Every phase always runs; the exit code is the first failure's (pytest's 5, "nothing
 selected", is not one). At the end it prints each phase's time and the slowest test files,
@@ -43,9 +45,11 @@ MSTL_TESTS = "tests/test_predictor_mstl.py"
 OUT = REPO / ".test-times"
 #: how many of the slowest files the summary lists
 SLOWEST = 25
-#: the niceness of a phase run beside another: the lab phase keeps the CPU when it wants it
+#: the niceness of the suites that wait beside the lab phase: it keeps the CPU when it wants it
 BESIDE_NICE = 10
-#: numpy's BLAS threads per pytest process: 3 workers on 2 cores, more would oversubscribe
+#: the unit suites' niceness: pure CPU, they take what the others leave
+UNITS_NICE = 19
+#: numpy's BLAS threads per pytest process: 4 workers beside the lab on 2 cores
 SINGLE_THREADED = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
 
@@ -56,8 +60,9 @@ class Phase:
     argv: tuple[str, ...]
     #: a pytest run: its per-test times are recorded, and exit 5 (nothing selected) is fine
     pytest: bool = False
-    #: runs at the same time as the phase before it, at a lower CPU priority (``nice``), its
-    #: output kept in .test-times/<name>.log and printed when both have ended
+    #: runs at the same time as the last phase before it that is not beside one, at a lower
+    #: CPU priority (``nice``), its output kept in .test-times/<name>.log and printed when
+    #: all have ended
     beside: bool = False
 
 
@@ -70,18 +75,20 @@ def test_phases(extra: list[str]) -> list[Phase]:
         # statsforecast needs pandas < 3; the package and the rest run on pandas 3
         Phase("mstl", (str(FORECAST_VENV / "pytest"), "-p", "no:cacheprovider", "-q",
                        MSTL_TESTS, *extra), pytest=True),
-        # nothing timed, no control plane: 3 workers on the 2 cores, BLAS single-threaded
-        Phase("parallel", (*py, "-m", "not measure and not k8s and (not lab or concurrent)",
-                           "-n", "3", "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra),
-              pytest=True),
         # latencies, rates and deadlines are part of what these check: one at a time
         Phase("lab", (*py, "-m", "lab and (not concurrent or k8s) and not measure",
                       f"--ignore={MSTL_TESTS}", *extra), pytest=True),
-        # control planes and operators over kwok's pods, no store: mostly waiting on the wall
-        # clock, so they run beside the lab phase, niced, a module's fixtures in one process
-        Phase("control-plane", ("nice", "-n", str(BESIDE_NICE), *py, "-m",
-                                "not measure and k8s and not lab", "-n", "2", "--dist",
-                                "loadfile", f"--ignore={MSTL_TESTS}", *extra),
+        # control planes over kwok's pods (no store) and real components that time nothing:
+        # mostly waiting on the wall clock, beside the lab phase, niced, a module's fixtures
+        # in one process
+        Phase("waiting", ("nice", "-n", str(BESIDE_NICE), *py, "-m",
+                          "not measure and ((k8s and not lab) or (lab and concurrent and "
+                          "not k8s))", "-n", "2", "--dist", "loadfile",
+                          f"--ignore={MSTL_TESTS}", *extra), pytest=True, beside=True),
+        # pure CPU, no clock: what the two above leave of the CPU
+        Phase("units", ("nice", "-n", str(UNITS_NICE), *py, "-m",
+                        "not measure and not lab and not k8s", "-n", "2", "--dist",
+                        "loadfile", f"--ignore={MSTL_TESTS}", *extra),
               pytest=True, beside=True),
     ]
 
@@ -218,23 +225,23 @@ def run_tests(since: float | None, extra: list[str]) -> int:
     k = 0
     while k < len(phases):
         ph = phases[k]
-        beside = phases[k + 1] if k + 1 < len(phases) and phases[k + 1].beside else None
-        k += 2 if beside else 1
+        k += 1
+        beside: list[Phase] = []
+        while k < len(phases) and phases[k].beside:  # every phase beside this one
+            beside.append(phases[k])
+            k += 1
         env = dict(os.environ, **SINGLE_THREADED)
-        started = None
-        if beside is not None:
-            started = _start_beside(beside, dict(env, ELASTORE_TIMINGS=str(
-                _fresh(OUT / f"{beside.name}.jsonl"))), ph.name)
+        started = [(b, *_start_beside(b, dict(env, ELASTORE_TIMINGS=str(
+            _fresh(OUT / f"{b.name}.jsonl"))), ph.name)) for b in beside]
         try:
             rc, secs = _run(ph.argv, dict(env, ELASTORE_TIMINGS=str(
                 _fresh(OUT / f"{ph.name}.jsonl"))))
-        except BaseException:  # interrupted: the phase beside it goes too
-            if started is not None:
-                started[0].terminate()
+        except BaseException:  # interrupted: the phases beside it go too
+            for _, proc, _ in started:
+                proc.terminate()
             raise
         results = [(ph, rc, secs)]
-        if beside is not None and started is not None:
-            results.append((beside, *_finish_beside(beside, *started)))
+        results += [(b, *_finish_beside(b, proc, times)) for b, proc, times in started]
         for p, rc, secs in results:
             ok = rc == 0 or (p.pytest and rc == 5)
             rows.append((f"{p.name} (beside)" if p.beside else p.name, secs, 0 if ok else rc))
