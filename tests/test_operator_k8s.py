@@ -596,13 +596,16 @@ def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom:
     # a second policy in Recommend beside the Enforce one (a shadow) writes nothing: no
     # contender, the Enforce policy acts
     shadow = namespace(cp, "owner-shadow")
+    # every policy exists before the operator starts: a policy applied after the operator
+    # began would let the first one act alone meanwhile (rightly: no contender yet); one CI
+    # run, on a busy machine, had 6 s between the two applies and a scale-out in between
+    for ns in [*cases, shadow]:
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
+    cp.kubectl("apply", "-f", "-", stdin=enforce_policy(two, prom.url, name="second"))
+    cp.kubectl("apply", "-f", "-", stdin=enforce_policy(shadow, prom.url, name="shadow",
+                                                        mode="Recommend"))
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
     try:
-        for ns in [*cases, shadow]:
-            cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
-        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(two, prom.url, name="second"))
-        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(shadow, prom.url, name="shadow",
-                                                            mode="Recommend"))
         for ns, reason in cases.items():
             st = wait_until(f"a {reason} conflict in {ns}", lambda ns=ns, r=reason: status_when(
                 cp, "orders", ns, lambda s: cond(s, "Conflict").get("reason") == r and

@@ -147,7 +147,7 @@ def _start_beside(ph: Phase, env: dict[str, str],
 
     log = OUT / f"{ph.name}.log"
     print(f"\n=== {ph.name}, beside the {alongside} phase (its output: {log}, printed when "
-          f"both end)\n=== {' '.join(ph.argv)}", flush=True)
+          f"all have ended)\n=== {' '.join(ph.argv)}", flush=True)
     with log.open("wb") as fh:
         proc = subprocess.Popen(list(ph.argv), cwd=REPO, env=env, stdout=fh,
                                 stderr=subprocess.STDOUT)
