@@ -1,1 +1,2 @@
-"""The real local lab: Cassandra, Prometheus, tc in a network namespace (the lab issue)."""
+"""The real local labs (the lab issue): each store's in a subpackage of its own
+(:mod:`elastore.lab.cassandra`, :mod:`elastore.lab.swift`), what both use here."""
