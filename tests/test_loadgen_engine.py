@@ -14,7 +14,7 @@ import pytest
 
 from elastore.errors import ElastoreError
 from elastore.lab.loadgen import nodes_csv, replay
-from elastore.lab.profile import constant_workload
+from elastore.lab.sweep import constant_workload
 
 
 def _store(fail_every: int = 0, delay_s: float = 0.0
