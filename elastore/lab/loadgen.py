@@ -92,6 +92,29 @@ PRELOAD_ROUNDS = 4  # a row whose write failed is written again, this many round
 Submit = Callable[[int, bool, Callable[[bool, str], None]], None]
 
 
+class Clock:
+    """What the engine waits on: real time (``time.monotonic``, ``time.sleep``, timer
+    threads). A test passes one of its own so that a busy machine moves nothing it checks:
+    a late timer thread adds its lateness to every latency measured from the schedule."""
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def call_later(self, delay_s: float, fn: Callable[..., None], *args: Any
+                   ) -> Callable[[], None]:
+        """Run ``fn(*args)`` in ``delay_s`` s; returns what cancels it."""
+        t = threading.Timer(delay_s, fn, args)
+        t.daemon = True
+        t.start()
+        return t.cancel
+
+    def wait(self, event: threading.Event, timeout_s: float) -> bool:
+        return event.wait(timeout=timeout_s)
+
+
 def value_table(n_keys: int, seed: int) -> list[bytes]:
     """The values written: :data:`VALUE_BYTES` incompressible bytes each, key k gets
     ``values[k % len(values)]`` (at most 4096 distinct, deterministic per seed)."""
@@ -103,11 +126,13 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
            rate_scale: float = 1.0, windows: slice = slice(None),
            metrics_addr: str | None = None, seed: int = 0,
            on_start: Callable[[float], None] | None = None,
-           node_labels: Callable[[str], dict[str, str]] | None = None
-           ) -> list[dict[str, Any]]:
+           node_labels: Callable[[str], dict[str, str]] | None = None,
+           clock: Clock | None = None) -> list[dict[str, Any]]:
     """The open-loop engine, whatever the store: schedule the workload, issue each request
     through ``submit`` at its time with at most ``concurrency`` in flight, and account
-    every answer in its window (and per answering node)."""
+    every answer in its window (and per answering node). ``clock``: real time unless given
+    (the same clock must time ``submit``'s answers)."""
+    clock = clock or Clock()
     if concurrency < 1:
         raise ElastoreError("concurrency must be >= 1")
     times, is_write, win = schedule(wl, rate_scale, windows, seed)
@@ -129,13 +154,13 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
     lock = threading.Lock()
     done = threading.Event()
     pending = [len(times)]
-    start = time.monotonic() + 0.5
+    start = clock.now() + 0.5
     if on_start is not None:
         on_start(start)
     log.info("replaying %d requests over %.0f s ...", len(times), times[-1])
 
     def finish(w: int, sched: float, ok: bool, node: str) -> None:
-        lat = (time.monotonic() - (start + sched)) * 1000
+        lat = (clock.now() - (start + sched)) * 1000
         with lock:
             s = stats[w]
             n = by_node.get((w, node))
@@ -167,26 +192,24 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
         rps = n / wl.window_seconds
         metrics.window(w, float(np.percentile(lat, 95)), rps * (1 - frac), rps * frac)
 
-    timers: list[threading.Timer] = []
+    cancels: list[Callable[[], None]] = []
     prev_w: int | None = None
     for i in range(len(times)):
-        delay = start + times[i] - time.monotonic()
+        delay = start + times[i] - clock.now()
         if delay > 0:
-            time.sleep(delay)
+            clock.sleep(delay)
         slots.acquire()  # open loop: a late request waits here, its latency counts it
         w = int(win[i])
         if metrics is not None and prev_w is not None and w != prev_w:
-            timers.append(threading.Timer(WINDOW_GRACE_S, publish, (prev_w,)))
-            timers[-1].daemon = True
-            timers[-1].start()
+            cancels.append(clock.call_later(WINDOW_GRACE_S, publish, prev_w))
         prev_w = w
         sched = float(times[i])
         submit(int(keys[i]), bool(is_write[i]), _bind(finish, w, sched))
-    done.wait(timeout=120)
+    clock.wait(done, 120)
     if prev_w is not None:
         publish(prev_w)
-    for tm in timers:
-        tm.cancel()
+    for cancel in cancels:
+        cancel()
     rows = [stats[w].row(wl.window_seconds) for w in sorted(stats)]
     _write_csv(out_csv, rows)
     if out_csv != Path("/dev/null"):
