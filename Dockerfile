@@ -7,10 +7,14 @@ FROM python:3.11-slim
 RUN apt-get update && apt-get install -y --no-install-recommends swift \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /app
+# The build context leaves the storage lab (elastore/lab/) out (.dockerignore): the image runs
+# the operator and the node agent, and `elastore lab` / `elastore load` there only say that
+# the lab is not part of this installation
 COPY pyproject.toml README.md ./
 COPY elastore ./elastore
 # a regular install: the CRD and the models are package data (elastore/resources.py); the
-# test bed (tests/testbed) is not in the package (tests/test_packaging.py checks the wheel)
+# test bed (tests/testbed) is not in the package, nor the lab in this context
+# (tests/test_packaging.py builds the wheel from the same context and checks both)
 RUN pip install --no-cache-dir '.[operator,agent]' && useradd --uid 65532 --no-create-home elastore
 USER 65532
 ENTRYPOINT ["elastore"]

@@ -56,8 +56,8 @@ lab-deps: $(TEST_STAMP)
 	@command -v swift-proxy-server >/dev/null && command -v rsync >/dev/null && command -v memcached >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	  swift swift-proxy swift-object swift-container swift-account rsync memcached; }
-	$(BIN)/python -c 'from elastore.lab.cassandra import ensure_jars; print("cassandra jars:", ensure_jars()); from elastore.lab.cassandra import ensure_exporter_server; print("jmx exporter server:", ensure_exporter_server())'
-	$(BIN)/python -c 'from elastore.lab.swift import ensure_statsd_exporter; print("statsd_exporter:", ensure_statsd_exporter())'
+	$(BIN)/python -c 'from elastore.lab.cassandra.nodes import ensure_jars; print("cassandra jars:", ensure_jars()); from elastore.lab.cassandra.nodes import ensure_exporter_server; print("jmx exporter server:", ensure_exporter_server())'
+	$(BIN)/python -c 'from elastore.lab.swift.lab import ensure_statsd_exporter; print("statsd_exporter:", ensure_statsd_exporter())'
 
 # the k8s suites need kube-apiserver, kube-controller-manager, kube-scheduler, etcd and kwok
 # (built with the machine's Go from the module proxy, once, cached by version: 10-20 min the

@@ -507,7 +507,7 @@ class LabPodAgent:
                 for p in items}
 
     def _run(self) -> None:
-        from elastore.lab import lab
+        from elastore.lab.cassandra import lab
 
         while not self._stop.wait(1.0):
             try:

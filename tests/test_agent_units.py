@@ -127,10 +127,13 @@ def _ns(net: Any) -> Any:
     return NetNS(net.host)
 
 
-def wire_rates(net: Any, idx: int, flows: list[dict[str, Any]], seconds: float = 5.0
+def wire_rates(net: Any, idx: int, flows: list[dict[str, Any]], seconds: float = 7.0
                ) -> dict[int, float]:
     """Mbit/s per agent class on interface ``idx`` (the kernel's byte counters, from 1.5 s in
-    to 1 s before the end) while the flows run."""
+    to 1 s before the end) while the flows run. Each counter read is timed at the middle of
+    a clock reading before and after it: a process descheduled between the read and its
+    timestamp (a busy CI machine) would otherwise shorten or stretch the interval (one run
+    read 31.5 Mbit/s through a 30 Mbit/s class)."""
     from elastore.lab.flow import measure
 
     threads = [threading.Thread(target=measure, kwargs={**f, "seconds": seconds})
@@ -141,9 +144,15 @@ def wire_rates(net: Any, idx: int, flows: list[dict[str, Any]], seconds: float =
     ipr = _ns(net)
     try:
         shaper = PodShaper(ipr)
-        b0, t0 = shaper.class_stats(idx), time.monotonic()
+
+        def read() -> tuple[dict[int, dict[str, int]], float]:
+            before = time.monotonic()
+            stats = shaper.class_stats(idx)
+            return stats, (before + time.monotonic()) / 2
+
+        b0, t0 = read()
         time.sleep(seconds - 2.5)
-        b1, t1 = shaper.class_stats(idx), time.monotonic()
+        b1, t1 = read()
     finally:
         ipr.close()
     for t in threads:

@@ -103,7 +103,8 @@ from k8s_support import (
 from testbed.forward import Forwarder
 from testbed.k8s import ControlPlane
 
-from elastore.lab import lab, netns
+from elastore.lab import netns
+from elastore.lab.cassandra import lab
 from elastore.models.bundle import ModelSet
 from elastore.models.online import scaled
 from elastore.resources import builtin_model

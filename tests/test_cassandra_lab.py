@@ -33,7 +33,8 @@ from elastore.actuators.nodetool import (
 from elastore.actuators.ports import StatefulSetFacts
 from elastore.actuators.tc import HtbShaper
 from elastore.errors import ElastoreError
-from elastore.lab import lab, netns
+from elastore.lab import netns
+from elastore.lab.cassandra import lab
 from elastore.models import ModelSet
 from elastore.operator.runner import Runner
 from elastore.resources import builtin_model
@@ -325,7 +326,7 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
 
 def _nodetool(state: lab.LabState, n: int) -> Callable[[str], str]:
     """nodetool on lab node ``n``, as the operator runs it in that node's pod."""
-    from elastore.lab.cassandra import ensure_jars, nodetool
+    from elastore.lab.cassandra.nodes import ensure_jars, nodetool
 
     node = next(x for x in state.nodes if x.n == n)
 
@@ -339,7 +340,7 @@ def _nodetool(state: lab.LabState, n: int) -> Callable[[str], str]:
 
 
 def _decommission(state: lab.LabState, n: int) -> subprocess.CompletedProcess[str]:
-    from elastore.lab.cassandra import ensure_jars, nodetool
+    from elastore.lab.cassandra.nodes import ensure_jars, nodetool
 
     node = next(x for x in state.nodes if x.n == n)
     return nodetool(state.node_ns(node), ensure_jars(), node.spec.jmx_port, "decommission")
@@ -626,8 +627,8 @@ class LabScalePort(LabPort):
 
     def set_compaction_throughput(self, ns: str, pod: str, container: str,
                                   nodetool: tuple[str, ...], mibps: float) -> float:
-        from elastore.lab.cassandra import ensure_jars
-        from elastore.lab.cassandra import nodetool as run_nodetool
+        from elastore.lab.cassandra.nodes import ensure_jars
+        from elastore.lab.cassandra.nodes import nodetool as run_nodetool
 
         whole = 0 if mibps == 0 else max(1, round(mibps))
         node = next(x for x in self.state.nodes if x.n == self._n(pod))

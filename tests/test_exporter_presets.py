@@ -157,7 +157,7 @@ def management_api(n: Node, t: float) -> str:
 
 def swift_statsd(n: Node, t: float) -> str:
     """Swift's StatsD timers through statsd_exporter with elastore's mapping
-    (elastore/lab/swift.py STATSD_MAPPING): histogram swift_server_request_seconds
+    (elastore/lab/swift/lab.py STATSD_MAPPING): histogram swift_server_request_seconds
     {server, verb} in seconds, one series per request; a client PUT is an object PUT on
     every replica; the container and account servers' and other verbs' series alongside.
     No bytes stored (Swift exports none)."""

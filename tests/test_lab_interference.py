@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from elastore.errors import ElastoreError
-from elastore.lab.interference import BASELINE, plan, spearman, summarize
+from elastore.lab.cassandra.interference import BASELINE, plan, spearman, summarize
 
 
 def test_plan_brackets_every_kind_with_baselines_at_each_load() -> None:

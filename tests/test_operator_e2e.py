@@ -59,7 +59,8 @@ from testbed.agentbed import AgentProcess
 from testbed.forward import Forwarder
 from testbed.k8s import ControlPlane
 
-from elastore.lab import lab, netns
+from elastore.lab import netns
+from elastore.lab.cassandra import lab
 from elastore.operator.spec import DEFAULT_QUERIES
 from elastore.resources import builtin_model
 

@@ -12,17 +12,16 @@ import numpy as np
 import pytest
 
 from elastore.errors import ElastoreError
-from elastore.lab.profile import (
+from elastore.lab.cassandra.profile import (
     Hogs,
     Point,
     bandwidth_path,
-    constant_workload,
     done_points,
-    key_table,
     pending_compactions,
     plan,
     point_rows,
 )
+from elastore.lab.sweep import constant_workload, key_table
 
 
 def test_plan_puts_migration_outermost_and_load_innermost() -> None:

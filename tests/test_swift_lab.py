@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from k8s_support import trace_workload
 
-from elastore.lab import netns, swift
+from elastore.lab import netns
+from elastore.lab.swift import lab as swift
 
 pytestmark = [pytest.mark.lab]
 NS = f"elastore-test-swift-{os.getpid()}"

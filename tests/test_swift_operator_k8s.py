@@ -57,8 +57,9 @@ from testbed.k8s import ControlPlane
 from testbed.swiftbed import SwiftPodAgent
 
 from elastore.actuators.swiftring import KINDS, RingFiles, misplaced, scan_device
-from elastore.lab import netns, swift
-from elastore.lab.profile import constant_workload
+from elastore.lab import netns
+from elastore.lab.sweep import constant_workload
+from elastore.lab.swift import lab as swift
 from elastore.models.bundle import ModelSet
 from elastore.models.online import scaled
 

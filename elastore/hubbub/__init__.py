@@ -10,5 +10,5 @@ layers it touches:
   learner's observation each period, and ``status.interference`` (pure).
 
 The lab's interference profile (co-runners against a real store) is
-:mod:`elastore.lab.interference`.
+:mod:`elastore.lab.cassandra.interference`.
 """

@@ -7,6 +7,11 @@
 * **Actuate:** the lab's tc (:mod:`elastore.actuators.tc`) guarantees the client class (port
   9042) and the storage class (port 7000) their shares; ``setstreamthroughput`` sets the
   migration rate.
+
+The Cassandra lab's loop is :func:`elastore.lab.cassandra.lab.bwman_loop`. The same loop
+runs on the Swift lab (:func:`elastore.lab.swift.lab.bwman_loop`): it reads the object
+servers' rates (:data:`SWIFT_QUERIES`) and splits each node's link between its object
+servers (port 6200) and its replication (rsync, port 873); no store throttle is set.
 """
 
 from __future__ import annotations

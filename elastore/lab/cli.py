@@ -1,4 +1,5 @@
-"""``elastore lab ...``: a real local Cassandra cluster in its own network namespace."""
+"""``elastore lab ...``: a real local Cassandra or Swift cluster in a network namespace of
+its own (:mod:`elastore.lab.cassandra`, :mod:`elastore.lab.swift`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import click
 
 from elastore.cliutil import ElastoreGroup, log
 from elastore.errors import ElastoreError
-from elastore.lab import lab, netns
+from elastore.lab import netns
+from elastore.lab.cassandra import lab
+from elastore.lab.host import lab_dir
 
 
 @click.group("lab", cls=ElastoreGroup)
@@ -71,7 +74,7 @@ def up_cmd(store: str, nodes: int, replicas: int, rsync_bwlimit: int, heap: str,
     cpus = [int(c) for c in _floats("--store-cpus", store_cpus)] if store_cpus else []
     state = lab.up(nodes, heap, veth=veth, cpu_per_node=cpu_per_node, store_cpus=cpus,
                    cfs_period_us=round(cfs_period_ms * 1000), example_exporter=example_exporter)
-    click.echo(f"lab up in namespace {state.netns} (state: {lab.lab_dir() / 'lab.json'})")
+    click.echo(f"lab up in namespace {state.netns} (state: {lab_dir() / 'lab.json'})")
     for n in state.nodes:
         s = n.spec
         where = f" in {n.netns}" if n.netns else ""
@@ -83,10 +86,10 @@ def up_cmd(store: str, nodes: int, replicas: int, rsync_bwlimit: int, heap: str,
 
 
 def _swift_up(nodes: int, replicas: int, rsync_bwlimit: int) -> None:
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
     st = swift.up(nodes, replicas, rsync_bwlimit_kibps=rsync_bwlimit)
-    click.echo(f"Swift lab up in namespace {st.netns} (state: {lab.lab_dir() / 'swift.json'})")
+    click.echo(f"Swift lab up in namespace {st.netns} (state: {lab_dir() / 'swift.json'})")
     click.echo(f"  proxy: http://{swift.PROXY_ADDR}/v1/{swift.ACCOUNT} (no auth), pid "
                f"{st.proxy_pids.get('proxy-server')}")
     for nd in st.nodes:
@@ -108,10 +111,10 @@ def status_cmd(as_json: bool) -> None:
     Example:
       elastore lab status
     """
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
-    if swift.SwiftLabState.load(lab.lab_dir()) is not None and \
-            lab.LabState.load(lab.lab_dir()) is None:
+    if swift.SwiftLabState.load(lab_dir()) is not None and \
+            lab.LabState.load(lab_dir()) is None:
         sst = swift.status()
         if as_json:
             click.echo(json.dumps(sst, indent=2))
@@ -146,7 +149,7 @@ def down_cmd() -> None:
     Example:
       elastore lab down
     """
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
     done = lab.down() + swift.down()
     click.echo("\n".join(done) if done else "nothing to do: no lab was up")
@@ -154,16 +157,16 @@ def down_cmd() -> None:
 
 def _swift_lab_up() -> bool:
     """Whether the lab that is up is Swift's (and not Cassandra's)."""
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
-    return (swift.SwiftLabState.load(lab.lab_dir()) is not None
-            and lab.LabState.load(lab.lab_dir()) is None)
+    return (swift.SwiftLabState.load(lab_dir()) is not None
+            and lab.LabState.load(lab_dir()) is None)
 
 
 def _swift_wait(timeout: float) -> None:
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
-    state = swift.SwiftLabState.load(lab.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     assert state is not None
     secs = swift.wait_replicated(state, timeout, say=lambda m: click.echo(m, err=True))
     click.echo(f"replication finished in {secs:.0f} s: no partition out of place")
@@ -182,7 +185,7 @@ def add_node_cmd(wait: bool, timeout: float) -> None:
       elastore lab add-node
     """
     if _swift_lab_up():
-        from elastore.lab import swift
+        from elastore.lab.swift import lab as swift
 
         nd = swift.add_node()
         click.echo(f"Swift node {nd.n} ({nd.ip}) started and in the rings")
@@ -206,7 +209,7 @@ def drain_cmd(node: str, wait: bool, timeout: float) -> None:
     Example:
       elastore lab drain 4 && elastore lab remove-node 4
     """
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
     if not _swift_lab_up():
         raise ElastoreError("drain is Swift's: for Cassandra use 'elastore lab decommission'")
@@ -226,7 +229,7 @@ def remove_node_cmd(node: str) -> None:
     Example:
       elastore lab remove-node 4
     """
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
     if not _swift_lab_up():
         raise ElastoreError("remove-node is Swift's: for Cassandra use 'elastore lab "
@@ -398,17 +401,18 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
           -o experiments/profiles/lab-model.json
     """
 
-    from elastore.lab.profile import key_table, plan, run_profile
+    from elastore.lab.cassandra.profile import plan, run_profile
+    from elastore.lab.sweep import key_table
 
     if _swift_lab_up():
-        from elastore.lab import swift
-        from elastore.lab.swiftprofile import run_swift_profile
+        from elastore.lab.swift import lab as swift
+        from elastore.lab.swift.profile import run_swift_profile
 
         if set(_floats("--migrations", migrations)) - {0.0} or \
                 set(_floats("--interference", interference)) - {0.0}:
             raise ElastoreError("the Swift lab's profile sweeps load and read ratio only: "
                                 "give --migrations 0 --interference 0")
-        sst = swift.SwiftLabState.load(lab.lab_dir())
+        sst = swift.SwiftLabState.load(lab_dir())
         assert sst is not None
         netns.run_inside(sst.netns)
         path = run_swift_profile(_floats("--loads", loads), _floats("--read-ratios",
@@ -419,7 +423,7 @@ def profile_cmd(out: Path, loads: str, read_ratios: str, migrations: str, interf
         click.echo(f"samples: {path}")
         return
     keys = key_table(keys_from) if keys_from is not None else None
-    state = lab.LabState.load(lab.lab_dir())
+    state = lab.LabState.load(lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
     points = plan(_floats("--loads", loads), _floats("--read-ratios", read_ratios),
@@ -462,8 +466,8 @@ def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
       elastore lab up --nodes 3 --cpu-per-node 0.3 --store-cpus 1
       elastore lab profile-interference --out experiments/profiles/lab-interference.csv
     """
-    from elastore.lab.interference import plan as iplan
-    from elastore.lab.interference import run_interference_profile
+    from elastore.lab.cassandra.interference import plan as iplan
+    from elastore.lab.cassandra.interference import run_interference_profile
 
     _interrupt_on_term()
     kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
@@ -524,13 +528,14 @@ def profile_bandwidth_cmd(out: Path, client_mbit: str, load_fractions: str,
           --bandwidth experiments/profiles/lab-bandwidth.csv --slo-ms 100 -o model.json
     """
 
-    from elastore.lab.bwprofile import plan_bandwidth, run_bandwidth_profile
+    from elastore.lab.bwprofile import plan_bandwidth
+    from elastore.lab.cassandra.bwprofile import run_bandwidth_profile
 
     if _swift_lab_up():
-        from elastore.lab import swift
-        from elastore.lab.swiftprofile import run_swift_bandwidth_profile
+        from elastore.lab.swift import lab as swift
+        from elastore.lab.swift.profile import run_swift_bandwidth_profile
 
-        sst = swift.SwiftLabState.load(lab.lab_dir())
+        sst = swift.SwiftLabState.load(lab_dir())
         assert sst is not None
         points = plan_bandwidth(_floats("--client-mbit", client_mbit),
                                 _floats("--load-fractions", load_fractions),
@@ -543,7 +548,7 @@ def profile_bandwidth_cmd(out: Path, client_mbit: str, load_fractions: str,
         click.echo(f"bandwidth curves: {path} (raw points: "
                    f"{path.with_name(path.stem)}-points.csv)")
         return
-    state = lab.LabState.load(lab.lab_dir())
+    state = lab.LabState.load(lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
     points = plan_bandwidth(_floats("--client-mbit", client_mbit),

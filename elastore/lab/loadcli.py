@@ -10,6 +10,7 @@ import click
 
 from elastore.cliutil import ElastoreGroup
 from elastore.errors import ElastoreError
+from elastore.lab.host import lab_dir
 
 
 @click.group("load", cls=ElastoreGroup)
@@ -62,12 +63,14 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
     Example:
       sudo elastore load run wl.json.gz --windows 0:60 --rate-scale 0.5 --out load.csv
     """
-    from elastore.lab import lab, netns, swift
+    from elastore.lab import netns
+    from elastore.lab.cassandra import lab
+    from elastore.lab.swift import lab as swift
     from elastore.traces.workload import Workload
 
     if store == "auto":
-        up = [name for name, st in (("cassandra", lab.LabState.load(lab.lab_dir())),
-                                    ("swift", swift.SwiftLabState.load(lab.lab_dir())))
+        up = [name for name, st in (("cassandra", lab.LabState.load(lab_dir())),
+                                    ("swift", swift.SwiftLabState.load(lab_dir())))
               if st is not None]
         if len(up) > 1:
             raise ElastoreError("both a Cassandra and a Swift lab are up: say --store")
@@ -76,15 +79,15 @@ def run_cmd(workload: Path, out: Path, concurrency: int, rate_scale: float,
         _run_swift(workload, out, concurrency, rate_scale, windows, keyspace, no_preload,
                    seed)
         return
-    state = lab.LabState.load(lab.lab_dir())
+    state = lab.LabState.load(lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
     wl = Workload.load(workload)
     lab.keep_off_store_cpus(state)
     netns.run_inside(state.netns)  # re-enter the lab's namespace
-    from elastore.lab.loadgen import run
+    from elastore.lab.cassandra.load import run
 
-    lab_d = lab.lab_dir()
+    lab_d = lab_dir()
 
     def node_labels(address: str) -> dict[str, str]:
         """The pod a node stands in for (read again: nodes join while the load runs)."""
@@ -111,15 +114,16 @@ def _summary(rows: list[dict[str, Any]], out: Path) -> None:
 
 def _run_swift(workload: Path, out: Path, concurrency: int, rate_scale: float,
                windows: str | None, container: str, no_preload: bool, seed: int) -> None:
-    from elastore.lab import netns, swift
+    from elastore.lab import netns
+    from elastore.lab.swift import lab as swift
     from elastore.traces.workload import Workload
 
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no Swift lab is up: run 'elastore lab up --store swift' first")
     wl = Workload.load(workload)
     netns.run_inside(state.netns)
-    from elastore.lab.swiftload import run
+    from elastore.lab.swift.load import run
 
     rows = run(wl, swift.PROXY_ADDR, swift.ACCOUNT, out, container=container,
                concurrency=concurrency, rate_scale=rate_scale, windows=_windows(windows),
@@ -143,13 +147,14 @@ def bulk_cmd(objects: int, kib: int, container: str) -> None:
     Example:
       sudo elastore load bulk --objects 200 --kib 1024
     """
-    from elastore.lab import netns, swift
+    from elastore.lab import netns
+    from elastore.lab.swift import lab as swift
 
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     if state is None:
         raise ElastoreError("no Swift lab is up: run 'elastore lab up --store swift' first")
     netns.run_inside(state.netns)
-    from elastore.lab.swiftload import write_bulk
+    from elastore.lab.swift.load import write_bulk
 
     secs = write_bulk(swift.PROXY_ADDR, swift.ACCOUNT, objects, kib * 1024,
                       container=container)
@@ -178,20 +183,21 @@ def verify_cmd(workload: Path, container: str, seed: int, bulk_n: int, bulk_kib:
     """
     import json
 
-    from elastore.lab import netns, swift
+    from elastore.lab import netns
+    from elastore.lab.swift import lab as swift
     from elastore.traces.workload import Workload
 
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     if state is None:
         raise ElastoreError("no Swift lab is up: run 'elastore lab up --store swift' first")
     wl = Workload.load(workload)
     netns.run_inside(state.netns)
-    from elastore.lab.swiftload import verify
+    from elastore.lab.swift.load import verify
 
     res = verify(len(wl.keys), swift.PROXY_ADDR, swift.ACCOUNT, container=container, seed=seed)
     bad = res["missing"] or res["corrupt"] or res["failed"] or res["listed"] != res["keys"]
     if bulk_n:
-        from elastore.lab.swiftload import verify_bulk
+        from elastore.lab.swift.load import verify_bulk
 
         res["bulk"] = verify_bulk(swift.PROXY_ADDR, swift.ACCOUNT, bulk_n, bulk_kib * 1024)
         bad = bad or res["bulk"]["bad"] or res["bulk"]["listed"] != bulk_n

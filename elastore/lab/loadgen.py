@@ -1,4 +1,6 @@
-"""``elastore load run``: replay a workload against the lab's Cassandra, open loop.
+"""The load generator's open-loop engine, whatever the store (``elastore load run``; each
+store's client is its lab's ``load`` module: :mod:`elastore.lab.cassandra.load`,
+:mod:`elastore.lab.swift.load`).
 
 Requests are *scheduled* by the workload (per window, Poisson arrivals at the window's
 read and write rates) and issued by at most ``concurrency`` in-flight clients (50 by
@@ -8,8 +10,8 @@ from the workload's popularity table; values are 10 KiB of incompressible bytes.
 
 Exports to Prometheus (prometheus-client, on the lab's loadgen address) and writes a CSV
 with one row per window: scheduled and achieved rates, errors, p50/p95/p99 latency; and
-beside it (``*-nodes.csv``) the same per coordinator node, i.e. per server.
-Must run inside the lab namespace (the CLI re-enters it).
+beside it (``*-nodes.csv``) the same per node that answered (Cassandra's coordinator),
+i.e. per server. Must run inside the lab namespace (the CLI re-enters it).
 """
 
 from __future__ import annotations
@@ -85,82 +87,32 @@ WINDOW_GRACE_S = 3.0  # a window's gauges are set this long after its last reque
 PRELOAD_ROUNDS = 4  # a row whose write failed is written again, this many rounds at most
 
 
-def _preload(session: Any, write: Any, rows: list[tuple[int, bytes]], concurrency: int
-             ) -> None:
-    """Write every row, retrying the failed ones (a slow store times some out); a row that
-    still fails after :data:`PRELOAD_ROUNDS` is an error naming how many and why."""
-    from cassandra.concurrent import execute_concurrent_with_args
-
-    log.info("preloading %d keys of %d bytes ...", len(rows), VALUE_BYTES)
-    todo = rows
-    for attempt in range(1, PRELOAD_ROUNDS + 1):
-        results = execute_concurrent_with_args(session, write, todo, concurrency=concurrency,
-                                               raise_on_first_error=False)
-        failed = [(row, res) for row, (ok, res) in zip(todo, results, strict=True) if not ok]
-        if not failed:
-            return
-        log.warning("preload round %d: %d of %d writes failed (%s); retrying them",
-                    attempt, len(failed), len(todo), failed[0][1])
-        todo = [row for row, _ in failed]
-        time.sleep(2.0 * attempt)
-    raise ElastoreError(f"preloading: {len(todo)} of {len(rows)} writes still failed after "
-                        f"{PRELOAD_ROUNDS} rounds: {failed[0][1]}")
-
-
 #: ``submit(key, is_write, done)`` issues one request and calls ``done(ok, node)`` when it
 #: completes (from any thread); ``node`` names the server that answered ("" unknown)
 Submit = Callable[[int, bool, Callable[[bool, str], None]], None]
 
 
-def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
-        rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
-        preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
-        rf: int = 2, on_start: Callable[[float], None] | None = None,
-        routing: str = "token-aware",
-        node_labels: Callable[[str], dict[str, str]] | None = None) -> list[dict[str, Any]]:
-    """Replay against Cassandra; ``on_start`` is called with the ``time.monotonic()`` at
-    which the first window starts (experiments align other events with it). ``routing``:
-    see :func:`elastore.lab.cql.cluster_for`."""
-    from cassandra import ConsistencyLevel
+class Clock:
+    """What the engine waits on: real time (``time.monotonic``, ``time.sleep``, timer
+    threads). A test passes one of its own so that a busy machine moves nothing it checks:
+    a late timer thread adds its lateness to every latency measured from the schedule."""
 
-    from elastore.lab.cql import cluster_for
+    def now(self) -> float:
+        return time.monotonic()
 
-    if concurrency < 1:
-        raise ElastoreError("concurrency must be >= 1")
-    values = value_table(len(wl.keys), seed)
-    cluster = cluster_for(hosts, routing)
-    session = cluster.connect()
-    try:
-        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-                        f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
-        session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.pages (k bigint PRIMARY KEY, "
-                        "v blob)")
-        read = session.prepare(f"SELECT v FROM {keyspace}.pages WHERE k = ?")
-        write = session.prepare(f"INSERT INTO {keyspace}.pages (k, v) VALUES (?, ?)")
-        read.consistency_level = write.consistency_level = ConsistencyLevel.ONE
-        if preload:
-            _preload(session, write,
-                     [(k, values[k % len(values)]) for k in range(len(wl.keys))],
-                     min(concurrency, PRELOAD_CONCURRENCY))
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
-        def submit(k: int, is_write: bool, done: Callable[[bool, str], None]) -> None:
-            if is_write:
-                fut = session.execute_async(write, (k, values[k % len(values)]))
-            else:
-                fut = session.execute_async(read, (k,))
+    def call_later(self, delay_s: float, fn: Callable[..., None], *args: Any
+                   ) -> Callable[[], None]:
+        """Run ``fn(*args)`` in ``delay_s`` s; returns what cancels it."""
+        t = threading.Timer(delay_s, fn, args)
+        t.daemon = True
+        t.start()
+        return t.cancel
 
-            def node() -> str:
-                host = getattr(fut, "coordinator_host", None) or getattr(
-                    fut, "_current_host", None)
-                return str(getattr(host, "address", "") or "unknown")
-
-            fut.add_callbacks(lambda _r: done(True, node()), lambda _e: done(False, node()))
-
-        return replay(wl, out_csv, submit, concurrency=concurrency, rate_scale=rate_scale,
-                      windows=windows, metrics_addr=metrics_addr, seed=seed,
-                      on_start=on_start, node_labels=node_labels)
-    finally:
-        cluster.shutdown()
+    def wait(self, event: threading.Event, timeout_s: float) -> bool:
+        return event.wait(timeout=timeout_s)
 
 
 def value_table(n_keys: int, seed: int) -> list[bytes]:
@@ -174,11 +126,13 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
            rate_scale: float = 1.0, windows: slice = slice(None),
            metrics_addr: str | None = None, seed: int = 0,
            on_start: Callable[[float], None] | None = None,
-           node_labels: Callable[[str], dict[str, str]] | None = None
-           ) -> list[dict[str, Any]]:
+           node_labels: Callable[[str], dict[str, str]] | None = None,
+           clock: Clock | None = None) -> list[dict[str, Any]]:
     """The open-loop engine, whatever the store: schedule the workload, issue each request
     through ``submit`` at its time with at most ``concurrency`` in flight, and account
-    every answer in its window (and per answering node)."""
+    every answer in its window (and per answering node). ``clock``: real time unless given
+    (the same clock must time ``submit``'s answers)."""
+    clock = clock or Clock()
     if concurrency < 1:
         raise ElastoreError("concurrency must be >= 1")
     times, is_write, win = schedule(wl, rate_scale, windows, seed)
@@ -200,13 +154,13 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
     lock = threading.Lock()
     done = threading.Event()
     pending = [len(times)]
-    start = time.monotonic() + 0.5
+    start = clock.now() + 0.5
     if on_start is not None:
         on_start(start)
     log.info("replaying %d requests over %.0f s ...", len(times), times[-1])
 
     def finish(w: int, sched: float, ok: bool, node: str) -> None:
-        lat = (time.monotonic() - (start + sched)) * 1000
+        lat = (clock.now() - (start + sched)) * 1000
         with lock:
             s = stats[w]
             n = by_node.get((w, node))
@@ -238,26 +192,24 @@ def replay(wl: Workload, out_csv: Path, submit: Submit, *, concurrency: int = 50
         rps = n / wl.window_seconds
         metrics.window(w, float(np.percentile(lat, 95)), rps * (1 - frac), rps * frac)
 
-    timers: list[threading.Timer] = []
+    cancels: list[Callable[[], None]] = []
     prev_w: int | None = None
     for i in range(len(times)):
-        delay = start + times[i] - time.monotonic()
+        delay = start + times[i] - clock.now()
         if delay > 0:
-            time.sleep(delay)
+            clock.sleep(delay)
         slots.acquire()  # open loop: a late request waits here, its latency counts it
         w = int(win[i])
         if metrics is not None and prev_w is not None and w != prev_w:
-            timers.append(threading.Timer(WINDOW_GRACE_S, publish, (prev_w,)))
-            timers[-1].daemon = True
-            timers[-1].start()
+            cancels.append(clock.call_later(WINDOW_GRACE_S, publish, prev_w))
         prev_w = w
         sched = float(times[i])
         submit(int(keys[i]), bool(is_write[i]), _bind(finish, w, sched))
-    done.wait(timeout=120)
+    clock.wait(done, 120)
     if prev_w is not None:
         publish(prev_w)
-    for tm in timers:
-        tm.cancel()
+    for cancel in cancels:
+        cancel()
     rows = [stats[w].row(wl.window_seconds) for w in sorted(stats)]
     _write_csv(out_csv, rows)
     if out_csv != Path("/dev/null"):
@@ -277,7 +229,7 @@ def _bind(finish: Callable[[int, float, bool, str], None], w: int, sched: float
 
 
 def nodes_csv(out_csv: Path) -> Path:
-    """Where :func:`run` writes the per-coordinator-node windows, next to ``out_csv``."""
+    """Where :func:`replay` writes the per-coordinator-node windows, next to ``out_csv``."""
     return out_csv.with_name(out_csv.stem + "-nodes.csv")
 
 

@@ -21,6 +21,7 @@ from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, defa
 from elastore.operator.specfields import declared, default
 from elastore.planner.behavior import Behavior, ScalingPolicy, ScalingRules
 from elastore.predictor.registry import DEFAULT_METHOD
+from elastore.stores.cassandra import spec as cassandra_spec
 from elastore.stores.registry import entry, served
 from elastore.stores.swift import spec as swift_spec
 from elastore.stores.swift.spec import SwiftTarget
@@ -52,7 +53,7 @@ OPTIONAL_QUERIES: tuple[str, ...] = ()
 #: protocol; its inter-node messaging and streaming, plain and TLS. Swift: the object,
 #: container and account servers the proxy calls; the replicators' rsync (their data path).
 DEFAULT_PORTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
-    "cassandra": ((9042,), (7000, 7001)),
+    "cassandra": (cassandra_spec.CLIENT_PORTS, cassandra_spec.STORAGE_PORTS),
     "swift": (swift_spec.CLIENT_PORTS, swift_spec.STORAGE_PORTS),
 }
 #: ``spec.bandwidth.nodeMbit`` must exceed this: BwMan keeps a gossip margin for the storage
@@ -529,11 +530,7 @@ def parse(spec: Any) -> PolicySpec:
     if not isinstance(name, str) or not name:
         raise SpecError("is required", "spec.target.name")
     rf = int(_read(t, "spec.target.replicationFactor"))
-    nodetool = _read(t, "spec.target.nodetool")
-    if not isinstance(nodetool, list) or not 1 <= len(nodetool) <= 4 or not all(
-            isinstance(x, str) and _ARG.match(x) for x in nodetool):
-        raise SpecError("must be 1 to 4 words of letters, digits and _ . / + - (a command, "
-                        "not a shell line)", "spec.target.nodetool")
+    nodetool = cassandra_spec.parse_nodetool(t)
     store = _read(t, "spec.target.store")
     container = t.get("container", store)
     if not isinstance(container, str) or not _CONTAINER.match(container):
@@ -543,7 +540,7 @@ def parse(spec: Any) -> PolicySpec:
     target = Target(
         name=name, replication_factor=rf,
         kind=_read(t, "spec.target.kind"),
-        store=store, container=container, nodetool=tuple(nodetool),
+        store=store, container=container, nodetool=nodetool,
         swift=swift_spec.parse(t.get("swift"), store))
     if entry(target.store, target.kind) is None:
         raise SpecError(f"no store driver serves store {target.store!r} as {target.kind}; "
@@ -646,10 +643,7 @@ def parse(spec: Any) -> PolicySpec:
                                          "spec.metrics.prometheus.preset"),
                           target_kind=target.kind,
                           auth=_auth(p, url))
-    if mode == "Enforce" and target.store == "swift" and not target.swift.ring_configmap:
-        raise SpecError("mode Enforce on Swift needs the ConfigMap the pods read their rings "
-                        "from (the operator changes the rings there)",
-                        "spec.target.swift.ringConfigMap")
+    swift_spec.check_mode(target.swift, target.store, mode)
     if mode == "Enforce" and prom is None:
         raise SpecError("mode Enforce needs spec.metrics: elastore never acts without "
                         "evidence", "spec.metrics")
@@ -663,17 +657,7 @@ def parse(spec: Any) -> PolicySpec:
     down = spec.get("scaleDown") or {}
     if not isinstance(down, dict):
         raise SpecError("must be an object", "spec.scaleDown")
-    up = {} if spec.get("scaleUp") is None else spec["scaleUp"]
-    if not isinstance(up, dict):
-        raise SpecError("must be an object", "spec.scaleUp")
-    repairs = {} if spec.get("repairs") is None else spec["repairs"]
-    if not isinstance(repairs, dict):
-        raise SpecError("must be an object", "spec.repairs")
-    cleanup = _read(up, "spec.scaleUp.cleanup")
-    hold = _read(repairs, "spec.repairs.hold")
-    for v, where in ((cleanup, "spec.scaleUp.cleanup"), (hold, "spec.repairs.hold")):
-        if not isinstance(v, bool):
-            raise SpecError(f"must be true or false, got {v!r}", where)
+    cleanup, hold = cassandra_spec.parse_steps(spec, target.store)
     behavior, stabilization = _behavior(spec.get("behavior"), down)
     fallback_threshold, fallback_behavior = _fallback(spec.get("fallback"))
     node_mbit, client_ports, storage_ports = _bandwidth(spec.get("bandwidth"), target.store)
@@ -694,7 +678,7 @@ def parse(spec: Any) -> PolicySpec:
         interference=interference,
         stabilization_s=stabilization,
         pvc_policy=_read(down, "spec.scaleDown.pvcPolicy"),
-        cleanup=cleanup and target.store == "cassandra", hold_for_repairs=hold,
+        cleanup=cleanup, hold_for_repairs=hold,
         min_free_fraction=_read(down, "spec.scaleDown.minFreeFraction"),
         compaction_margin=_read(down, "spec.scaleDown.compactionMargin"),
         node_mbit=node_mbit, client_ports=client_ports, storage_ports=storage_ports,

@@ -23,6 +23,7 @@ from elastore.operator.presets import PRESETS
 from elastore.planner.behavior import MAX_PERIOD_S
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
+from elastore.stores.cassandra import spec as cassandra_spec
 from elastore.stores.registry import store_names, target_kinds
 from elastore.stores.swift import spec as swift_spec
 
@@ -85,17 +86,7 @@ FIELDS: tuple[F, ...] = (
            "store's name, cassandra or swift): nodetool for Cassandra, md5sum and du for "
            "Swift")),
     *swift_spec.FIELDS,
-    F("spec.target.nodetool", "array",
-      min_items=1,
-      max_items=4,
-      default=("nodetool",),
-      doc=("the nodetool command, before its arguments (decommission, netstats, "
-           "setstreamthroughput): one of the commands the operator allows (elastore "
-           "operator run --nodetool; the chart's nodetool.allowed), never free text")),
-    F("spec.target.nodetool[]", "string",
-      min_length=1,
-      max_length=256,
-      pattern="^[A-Za-z0-9_./+-]+$"),
+    *cassandra_spec.TARGET_FIELDS,
     F("spec.replicas", "object",
       rules=(
           ("self.min <= self.max",
@@ -347,18 +338,7 @@ FIELDS: tuple[F, ...] = (
       doc=("absent: Auto, the index when its series exist for the target's pods, else "
            "interference-blind and said so in status.interference; true: the index is "
            "required (no decision without it); false: interference-blind")),
-    F("spec.scaleUp", "object"),
-    F("spec.scaleUp.cleanup", "boolean",
-      default=True,
-      doc=("after each scale-out, nodetool cleanup on every old node, one at a time, "
-           "throttled to the migration rate; no scale-in starts until it is done "
-           "(Cassandra targets; a StatefulSet target only: cass-operator runs its own)")),
-    F("spec.repairs", "object"),
-    F("spec.repairs.hold", "boolean",
-      default=True,
-      doc=("no topology change starts while a node shows a repair (compactionstats: "
-           "Validation or Anticompaction; netstats: a Repair session), unless the forecast "
-           "puts the SLO at risk (said in a RepairOverridden Event)")),
+    *cassandra_spec.STEP_FIELDS,
     F("spec.scaleDown", "object", default={}),
     F("spec.scaleDown.stabilizationSeconds", "integer",
       minimum=0,

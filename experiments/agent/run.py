@@ -60,8 +60,8 @@ def log(msg: str) -> None:
 
 # --- the load, run inside the lab's namespace --------------------------------------------
 def load(args: argparse.Namespace) -> None:
-    from elastore.lab.loadgen import run
-    from elastore.lab.profile import constant_workload
+    from elastore.lab.cassandra.load import run
+    from elastore.lab.sweep import constant_workload
 
     out = Path(args.out)
     start_file = out.with_suffix(".start")
@@ -155,9 +155,9 @@ def run_arm(cp: Any, name: str, rep: int, args: argparse.Namespace, load_rps: fl
     from testbed.forward import Forwarder
     from testbed.k8s import wait_for
 
-    from elastore.lab import lab
-    from elastore.lab.cassandra import ensure_jars, nodetool
-    from elastore.lab.profile import settle
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.nodes import ensure_jars, nodetool
+    from elastore.lab.cassandra.profile import settle
 
     ns, lab_ns, lab_dir = arm_names(name, rep, work)
     log(f"=== {name}, repetition {rep + 1}: namespace {ns}, lab {lab_ns} ===")

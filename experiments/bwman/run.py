@@ -63,11 +63,12 @@ def arm(args: argparse.Namespace) -> None:
     and (with BwMan) the controller in a process of their own, started here, so that
     neither arm's controller shares an interpreter (and its GIL) with the requests whose
     latency is measured."""
-    from elastore.lab import lab
-    from elastore.lab.loadgen import run
-    from elastore.lab.profile import constant_workload
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.load import run
+    from elastore.lab.host import lab_dir
+    from elastore.lab.sweep import constant_workload
 
-    state = lab.LabState.load(lab.lab_dir())
+    state = lab.LabState.load(lab_dir())
     assert state is not None
     ips = [n.spec.ip for n in state.nodes]
     out = Path(args.out)
@@ -131,13 +132,14 @@ def control(args: argparse.Namespace) -> None:
     per class each window. Stops on SIGTERM, removes the links, writes ``*.ctl.json``."""
     from elastore.actuators.tc import HtbShaper
     from elastore.errors import ElastoreError
-    from elastore.lab import lab
     from elastore.lab.bwman import ActuationError
+    from elastore.lab.cassandra import lab
+    from elastore.lab.host import lab_dir
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
     from elastore.planner.bwman import BwManConfig
 
-    state = lab.LabState.load(lab.lab_dir())
+    state = lab.LabState.load(lab_dir())
     assert state is not None
     out = Path(args.out)
     stop = threading.Event()
@@ -219,9 +221,10 @@ def control(args: argparse.Namespace) -> None:
 
 # --- orchestration, in the machine's namespace ------------------------------------------
 def run_arm(name: str, rep: int, args: argparse.Namespace, load_rps: float) -> None:
-    from elastore.lab import lab
-    from elastore.lab.cassandra import ensure_jars, nodetool
-    from elastore.lab.profile import settle
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.nodes import ensure_jars, nodetool
+    from elastore.lab.cassandra.profile import settle
+    from elastore.lab.host import lab_dir
 
     log(f"=== {name}, repetition {rep + 1}: fresh lab of 3 nodes ===")
     lab.down()
@@ -235,7 +238,7 @@ def run_arm(name: str, rep: int, args: argparse.Namespace, load_rps: float) -> N
         settle(state, ensure_jars(), nodetool, log)
         out = HERE / f"{name}-{rep + 1}.csv"
         _inside(state, ["--arm", name, "--out", str(out), "--load-rps", str(load_rps)], args)
-        after = lab.cql(lab.LabState.load(lab.lab_dir()) or state, "verify", "bulk")
+        after = lab.cql(lab.LabState.load(lab_dir()) or state, "verify", "bulk")
         events = json.loads(out.with_suffix(".json").read_text())
         events["rows_written"], events["rows_after"] = written["rows"], after["rows"]
         events["checksum_equal"] = written["checksum"] == after["checksum"]
@@ -253,11 +256,12 @@ def _inside(state: Any, extra: list[str], args: argparse.Namespace) -> None:
 
 
 def preload(args: argparse.Namespace) -> None:
-    from elastore.lab import lab
-    from elastore.lab.loadgen import run
-    from elastore.lab.profile import constant_workload
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.load import run
+    from elastore.lab.host import lab_dir
+    from elastore.lab.sweep import constant_workload
 
-    state = lab.LabState.load(lab.lab_dir())
+    state = lab.LabState.load(lab_dir())
     assert state is not None
     run(constant_workload(1.0, 1.0, WINDOW_S, WINDOW_S), [n.spec.ip for n in state.nodes],
         Path("/dev/null"), keyspace="wiki", preload=True)

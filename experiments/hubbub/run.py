@@ -60,7 +60,7 @@ def log(msg: str) -> None:
 
 # --- the load, run inside the lab's namespace (a subcommand of this script) ---------------
 def load(args: argparse.Namespace) -> None:
-    from elastore.lab.loadgen import run
+    from elastore.lab.cassandra.load import run
     from elastore.traces.workload import Workload
 
     out = Path(args.out)
@@ -78,7 +78,7 @@ def workload_of(steps: list[Any], period_s: float, warmup_s: float = 0.0) -> Any
     windows before the schedule starts are not counted)."""
     import numpy as np
 
-    from elastore.lab.profile import KEY_COUNT, ZIPF_SLOPE
+    from elastore.lab.sweep import KEY_COUNT, ZIPF_SLOPE
     from elastore.traces.workload import Workload
 
     per = max(1, round(period_s / WINDOW_S))
@@ -97,7 +97,7 @@ def workload_of(steps: list[Any], period_s: float, warmup_s: float = 0.0) -> Any
 # --- measurements ---------------------------------------------------------------------------
 def prom_scalar(state: Any, query: str) -> float | None:
     """One value from the lab's Prometheus (None: no answer or no series, never 0)."""
-    from elastore.lab import lab
+    from elastore.lab.cassandra import lab
 
     body = lab.prometheus_get(state, "/api/v1/query?query=" + urllib.parse.quote(query))
     if body is None:
@@ -136,7 +136,7 @@ class Scaler:
         return self.thread is not None and self.thread.is_alive()
 
     def start(self, up: bool, t0: float) -> None:
-        from elastore.lab import lab
+        from elastore.lab.cassandra import lab
 
         def run() -> None:
             t = time.monotonic()
@@ -157,10 +157,11 @@ class Scaler:
 
 # --- one controller's run -------------------------------------------------------------------
 def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: Path) -> None:
-    from elastore.lab import lab, netns
+    from elastore.lab import netns
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.interference import NodeProbe
     from elastore.lab.corunners import CoRunner
     from elastore.lab.hubbub import cpu_replicas
-    from elastore.lab.interference import NodeProbe
     from elastore.models.bundle import ModelSet
     from elastore.operator import control
     from elastore.operator.metrics import Snapshot
@@ -190,7 +191,7 @@ def run_controller(name: str, args: argparse.Namespace, steps: list[Any], out: P
     try:
         ips = [n.spec.ip for n in state.nodes]
         pre = out / f"{name}-preload.json"
-        from elastore.lab.profile import constant_workload
+        from elastore.lab.sweep import constant_workload
         constant_workload(1.0, 1.0, WINDOW_S, WINDOW_S).save(pre)
         subprocess.run([sys.executable, "-m", "elastore", "load", "run", str(pre), "--out",
                         str(out / f"{name}-preload.csv")], check=True, capture_output=True)

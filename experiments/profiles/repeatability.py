@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from elastore.lab import lab
-from elastore.lab.cassandra import ensure_jars, nodetool
-from elastore.lab.profile import constant_workload, key_table, zipf_keys
+from elastore.lab.cassandra import lab
+from elastore.lab.cassandra.nodes import ensure_jars, nodetool
+from elastore.lab.sweep import constant_workload, key_table, zipf_keys
 
 HERE = Path(__file__).resolve().parent
 COLD = "warm"  # the first point, from a cold store: not part of the spread

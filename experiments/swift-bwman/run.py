@@ -60,9 +60,10 @@ def arm(args: argparse.Namespace) -> None:
     """The load generator and the ring change in this process; the links, their monitor and
     (with BwMan) the controller in a process of their own (no shared interpreter with the
     requests whose latency is measured)."""
-    from elastore.lab import swift
-    from elastore.lab.profile import constant_workload
-    from elastore.lab.swiftload import run
+    from elastore.lab.host import lab_dir
+    from elastore.lab.sweep import constant_workload
+    from elastore.lab.swift import lab as swift
+    from elastore.lab.swift.load import run
 
     out = Path(args.out)
     start_file, ready = out.with_suffix(".start"), out.with_suffix(".ready")
@@ -99,7 +100,7 @@ def arm(args: argparse.Namespace) -> None:
         log(f"adding storage node 4 to the rings at t={events['migration_start_s']} s ...")
         try:
             swift.add_node()
-            state = swift.SwiftLabState.load(swift.lab_dir())
+            state = swift.SwiftLabState.load(lab_dir())
             assert state is not None
             moved = swift.progress(state)["object"]
             events["handoff_mib_at_start"] = round(moved.handoff_bytes / 2**20, 1)
@@ -130,13 +131,14 @@ def control(args: argparse.Namespace) -> None:
     per class each window. Stops on SIGTERM, removes the links, writes ``*.ctl.json``."""
     from elastore.actuators.tc import HtbShaper
     from elastore.errors import ElastoreError
-    from elastore.lab import swift
     from elastore.lab.bwman import ActuationError
+    from elastore.lab.host import lab_dir
+    from elastore.lab.swift import lab as swift
     from elastore.models.bandwidth import Policy
     from elastore.models.bundle import ModelSet
     from elastore.planner.bwman import BwManConfig
 
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     assert state is not None
     out = Path(args.out)
     stop = threading.Event()
@@ -218,24 +220,25 @@ def control(args: argparse.Namespace) -> None:
 
 def prepare(args: argparse.Namespace) -> None:
     """Inside the namespace: the bulk objects, the client objects, replication settled."""
-    from elastore.lab import swift
-    from elastore.lab.profile import constant_workload
-    from elastore.lab.swiftload import run, write_bulk
+    from elastore.lab.host import lab_dir
+    from elastore.lab.sweep import constant_workload
+    from elastore.lab.swift import lab as swift
+    from elastore.lab.swift.load import run, write_bulk
 
     secs = write_bulk(swift.PROXY_ADDR, swift.ACCOUNT, args.bulk_objects, BULK_KIB * 1024)
     log(f"bulk: {args.bulk_objects} MiB in {secs:.0f} s")
     run(constant_workload(1.0, 1.0, WINDOW_S, WINDOW_S), swift.PROXY_ADDR, swift.ACCOUNT,
         Path("/dev/null"))
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     assert state is not None
     swift.wait_replicated(state, 600)
 
 
 def check(args: argparse.Namespace) -> None:
     """Inside the namespace: every object intact after the ring change (JSON on stdout)."""
-    from elastore.lab import swift
-    from elastore.lab.profile import KEY_COUNT
-    from elastore.lab.swiftload import verify, verify_bulk
+    from elastore.lab.sweep import KEY_COUNT
+    from elastore.lab.swift import lab as swift
+    from elastore.lab.swift.load import verify, verify_bulk
 
     res = verify(KEY_COUNT, swift.PROXY_ADDR, swift.ACCOUNT)
     res["bulk"] = verify_bulk(swift.PROXY_ADDR, swift.ACCOUNT, args.bulk_objects,
@@ -245,7 +248,7 @@ def check(args: argparse.Namespace) -> None:
 
 # --- orchestration, in the machine's namespace ------------------------------------------
 def run_arm(name: str, rep: int, args: argparse.Namespace) -> None:
-    from elastore.lab import swift
+    from elastore.lab.swift import lab as swift
 
     log(f"=== {name}, repetition {rep + 1}: fresh Swift lab of 3 nodes ===")
     swift.down()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    from elastore.lab import lab
-    from elastore.lab.cassandra import JMX_BASE_PORT, ensure_jars, nodetool
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.nodes import JMX_BASE_PORT, ensure_jars, nodetool
 
     try:
         node = int(os.environ["ELASTORE_NODE"])

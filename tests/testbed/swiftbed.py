@@ -64,7 +64,7 @@ class SwiftPodAgent:
         self._say(f"ConfigMap {self.configmap} at resourceVersion {rv}")
 
     def _apply_due(self) -> None:
-        from elastore.lab import swift
+        from elastore.lab.swift import lab as swift
 
         now = time.time()
         for where, (due, files) in list(self._pending.items()):
@@ -87,7 +87,7 @@ class SwiftPodAgent:
         return out
 
     def _run(self) -> None:
-        from elastore.lab import swift
+        from elastore.lab.swift import lab as swift
 
         while not self._stop.wait(1.0):
             try:

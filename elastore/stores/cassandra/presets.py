@@ -8,7 +8,7 @@ from elastore.stores.exporter import Exporter
 
 def _jmx_lab() -> Exporter:
     """``jmx-exporter``: Prometheus's JMX exporter (javaagent) with the lab's configuration
-    (elastore/lab/cassandra.py EXPORTER_CONFIG: type=ClientRequest, Storage, Streaming with
+    (elastore/lab/cassandra/nodes.py EXPORTER_CONFIG: type=ClientRequest, Storage, Streaming with
     rule ".*" and lowercaseOutputName), which is the exporter's default naming: MBean
     org.apache.cassandra.metrics:type=ClientRequest,scope=Read|Write,name=Latency gives
     ``org_apache_cassandra_metrics_clientrequest_count{name="Latency",scope="Read"}`` (its

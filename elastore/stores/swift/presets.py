@@ -8,7 +8,7 @@ from elastore.stores.exporter import Exporter
 def _swift_statsd() -> Exporter:
     """``swift-statsd``: Swift's StatsD metrics (Swift's admin guide, "Reporting Metrics to
     StatsD": ``object-server.<VERB>.timing``, ms, one per request) through Prometheus's
-    ``statsd_exporter`` with elastore's mapping (:data:`elastore.lab.swift.STATSD_MAPPING`,
+    ``statsd_exporter`` with elastore's mapping (:data:`elastore.lab.swift.lab.STATSD_MAPPING`,
     docs/operator.md "Swift"): ``swift_server_request_seconds{server,verb}``, a histogram
     in seconds, one exporter per storage pod. A client GET is one object server's GET; a
     client PUT is written on every replica, so PUTs are divided by the replication factor.

@@ -116,3 +116,14 @@ def parse(w: Any, store: str) -> SwiftTarget:
                         "not a shell line)", "spec.target.swift.execPrefix")
     return SwiftTarget(ring_configmap=cm, device=device, weight=weight,
                        exec_prefix=tuple(prefix), **out)
+
+
+def check_mode(swift: SwiftTarget, store: str, mode: str) -> None:
+    """Enforce on a Swift target needs the rings' ConfigMap: the operator changes the rings
+    there."""
+    from elastore.operator.spec import SpecError
+
+    if mode == "Enforce" and store == "swift" and not swift.ring_configmap:
+        raise SpecError("mode Enforce on Swift needs the ConfigMap the pods read their rings "
+                        "from (the operator changes the rings there)",
+                        "spec.target.swift.ringConfigMap")

@@ -12,13 +12,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from elastore.errors import ElastoreError
 from elastore.lab import netns
+from elastore.lab.bindsrc import ensure_bindsrc
 from elastore.lab.cgroups import Group
+from elastore.lab.host import cache_dir
 
 CASSANDRA_VERSION = "5.0.4"
 JMX_EXPORTER_VERSION = "1.0.1"
@@ -103,10 +104,6 @@ def streaming_outgoing_bytes(ns: str, node: NodeSpec) -> float | None:
                 'name="TotalOutgoingBytes"' in line:
             return float(line.rsplit(" ", 1)[1])
     return None
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("ELASTORE_CACHE", Path.home() / ".cache" / "elastore"))
 
 
 def ensure_jars(version: str = CASSANDRA_VERSION) -> Path:
@@ -242,39 +239,6 @@ def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000
     ]
 
 
-BINDSRC_SOURCE = Path(__file__).resolve().parent / "native" / "bindsrc.c"
-
-
-def ensure_bindsrc() -> Path:
-    """The ``bindsrc`` LD_PRELOAD shim (``native/bindsrc.c``), compiled once into the cache,
-    keyed by the source's hash.
-
-    Cassandra binds its listening sockets to the node's address but not its outgoing ones,
-    so in the lab every internode connection would leave from 127.0.0.1 and no packet would
-    say which node sent it (measured: a bootstrap's 15.6 MiB of streaming all came from
-    127.0.0.1). On separate hosts the source is the sender's own address; the shim makes
-    each node's outgoing sockets bind to its address first, so tc can give every node its
-    own NIC (BwMan splits a *server's* bandwidth).
-    """
-    import hashlib
-
-    src = BINDSRC_SOURCE.read_bytes()
-    out = cache_dir() / f"bindsrc-{hashlib.sha256(src).hexdigest()[:12]}.so"
-    if out.exists():
-        return out
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise ElastoreError("a C compiler (cc/gcc) is needed to build the lab's bindsrc shim")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    res = subprocess.run([cc, "-shared", "-fPIC", "-O2", "-o", str(tmp), str(BINDSRC_SOURCE),
-                          "-ldl"], capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise ElastoreError(f"building the bindsrc shim failed: {res.stderr.strip()[-600:]}")
-    tmp.replace(out)
-    return out
-
-
 def ensure_exporter_server() -> Path:
     """The JMX exporter's standalone HTTP server jar (``jmx_prometheus_httpserver``, the
     same version as the agent), fetched once by Maven. A second exporter for a node runs
@@ -327,9 +291,10 @@ def start_example_exporter(ns: str, node: NodeSpec) -> subprocess.Popen[bytes]:
 def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | None = None,
                cpus: list[int] | None = None) -> subprocess.Popen[bytes]:
     """Start the node inside ``ns``; ``ip netns exec`` execs java, so the PID is java's.
-    Its outgoing connections leave from its own address (:func:`ensure_bindsrc`). With
-    ``group``, the process joins that cgroup before it execs (so all of it is counted);
-    with ``cpus``, it runs on those CPUs only."""
+    Its outgoing connections leave from its own address
+    (:func:`elastore.lab.bindsrc.ensure_bindsrc`). With ``group``, the process joins that
+    cgroup before it execs (so all of it is counted); with ``cpus``, it runs on those CPUs
+    only."""
     log = (node.root / "logs" / "stdout.log").open("ab")
     env = dict(os.environ, LD_PRELOAD=str(ensure_bindsrc()), ELASTORE_BIND_IP=node.ip)
 
@@ -352,11 +317,3 @@ def nodetool(ns: str, lib: Path, jmx_port: int, *args: str, timeout: float = 120
     return subprocess.run(netns.command(ns, cmd), capture_output=True, text=True,
                           timeout=timeout, check=False)
 
-
-def wait_for(predicate_desc: str, check: object, timeout_s: float, every_s: float = 2.0) -> None:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if check():  # type: ignore[operator]
-            return
-        time.sleep(every_s)
-    raise ElastoreError(f"timed out after {timeout_s:.0f} s waiting for {predicate_desc}")

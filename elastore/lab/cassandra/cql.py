@@ -1,10 +1,10 @@
 """CQL helpers that run *inside* the lab namespace (the nodes' 127.0.0.x addresses are
 only reachable there):
 
-    python -m elastore.lab.cql HOSTS write KEYSPACE ROWS VALUE_BYTES SEED RF
-    python -m elastore.lab.cql HOSTS verify KEYSPACE
-    python -m elastore.lab.cql HOSTS keyspaces
-    python -m elastore.lab.cql HOSTS alter-system-rf RF
+    python -m elastore.lab.cassandra.cql HOSTS write KEYSPACE ROWS VALUE_BYTES SEED RF
+    python -m elastore.lab.cassandra.cql HOSTS verify KEYSPACE
+    python -m elastore.lab.cassandra.cql HOSTS keyspaces
+    python -m elastore.lab.cassandra.cql HOSTS alter-system-rf RF
 
 Each prints one JSON line. Values are incompressible (seeded random bytes), so streaming
 really moves them.

@@ -1,4 +1,5 @@
-"""``elastore lab profile``: measure the SLO border on the real lab cluster.
+"""``elastore lab profile`` on the Cassandra lab: measure the SLO border on the real lab
+cluster (the Swift lab's sweep is :mod:`elastore.lab.swift.profile`).
 
 The sweep is load x read/write mix x migration rate x interference. Every *point* holds one
 setting for ``point_s`` seconds while the open-loop load generator (``elastore load run``,
@@ -16,10 +17,10 @@ become the samples. The first window of a point is a warm-up and is dropped.
 * **Loads** are cluster requests/s; the samples are per server (divided by the nodes), as
   ``elastore models fit`` expects.
 * **Keys**: 4000, their popularity Zipf-like with the traces' slope; or a workload's own
-  key table (``keys``, from ``--keys-from``): the border is the border of a request mix,
-  and a store serves a few hot keys from its caches far faster than many lukewarm ones
-  (on the lab, a day of the trace's 631 pages stayed within 60 ms at 37 req/s per server
-  where the default keys crossed it at 34; docs/lab.md).
+  key table (``keys``, from ``--keys-from``; both :mod:`elastore.lab.sweep`): the border
+  is the border of a request mix, and a store serves a few hot keys from its caches far
+  faster than many lukewarm ones (on the lab, a day of the trace's 631 pages stayed within
+  60 ms at 37 req/s per server where the default keys crossed it at 34; docs/lab.md).
 
 Rows are appended and flushed as each point ends, so an interrupted sweep keeps every
 finished point; ``resume`` skips the points already in the file.
@@ -43,18 +44,17 @@ from typing import Any
 
 import numpy as np
 
-from elastore.errors import ElastoreError, TraceError
+from elastore.errors import ElastoreError
+from elastore.lab.sweep import Appender, KeyTable, constant_workload, zipf_keys
 from elastore.traces.workload import Workload
 from elastore.units import bytes_to_mib, mibps_to_mbit
 
-log = logging.getLogger("elastore.lab.profile")
+log = logging.getLogger("elastore.lab.cassandra.profile")
 
 DEFAULT_STREAM_MIBPS = 24  # Cassandra 5.0's stream_throughput_outbound default
 COLUMNS = ["read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms",
            "point", "window", "nodes", "cluster_rps", "read_ratio", "achieved_rps",
            "errors", "stream_throttle_mibps"]
-KEY_COUNT = 4000
-ZIPF_SLOPE = 0.61  # popularity slope of the shared Wikipedia pages (elastore trace inspect)
 
 
 @dataclass(frozen=True)
@@ -83,45 +83,6 @@ def plan(loads: Sequence[float], read_ratios: Sequence[float], migrations: Seque
                                sorted(loads))
     return [Point(k, float(load), float(r), float(m), float(i))
             for k, (m, i, r, load) in enumerate(combos)]
-
-
-#: a request mix's keys and their popularity (weights summing to 1)
-KeyTable = tuple[list[str], np.ndarray]
-
-
-def zipf_keys(keys: int = KEY_COUNT) -> KeyTable:
-    """``keys`` keys, popularity Zipf-like with the traces' slope."""
-    weight = 1.0 / np.arange(1, keys + 1) ** ZIPF_SLOPE
-    return [f"k{i}" for i in range(keys)], weight / weight.sum()
-
-
-def key_table(path: Path) -> KeyTable:
-    """The key table of a workload file (``elastore trace build``'s output): the keys a
-    replay of it requests, with their popularity. An unreadable file or an empty or
-    weightless table is an error."""
-    try:
-        wl = Workload.load(path)
-    except TraceError as exc:
-        raise ElastoreError(f"--keys-from {path}: {exc}") from exc
-    w = np.asarray(wl.key_weight, dtype=np.float64)
-    if not wl.keys or len(wl.keys) != len(w) or not np.all(np.isfinite(w)) or \
-            np.any(w < 0) or not w.sum() > 0:
-        raise ElastoreError(f"--keys-from {path}: its key table is empty or its weights are "
-                            "not finite, non-negative and positive in sum")
-    return list(wl.keys), w / w.sum()
-
-
-def constant_workload(rate: float, read_ratio: float, seconds: float, window_s: float = 5.0,
-                      keys: KeyTable | None = None) -> Workload:
-    """A workload at a constant rate over ``keys`` (default :func:`zipf_keys`)."""
-    n = max(1, round(seconds / window_s))
-    names, weight = keys if keys is not None else zipf_keys()
-    return Workload(
-        first_hour="1970-01-01T00:00:00", window_seconds=window_s, hour_seconds=600.0,
-        start_s=np.arange(n, dtype=np.float64) * window_s, hour_index=np.zeros(n, dtype=np.int64),
-        read_rps=np.full(n, rate * read_ratio), write_rps=np.full(n, rate * (1 - read_ratio)),
-        keys=list(names), key_weight=np.asarray(weight, dtype=np.float64),
-        meta={"generator": "elastore lab profile"})
 
 
 class Hogs:
@@ -220,10 +181,11 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
     deeper overload only queues). ``keys``: the request mix's key table (default
     :func:`zipf_keys`)."""
     from elastore.actuators.tc import HtbShaper
-    from elastore.lab import lab
-    from elastore.lab.cassandra import ensure_jars, nodetool
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.nodes import ensure_jars, nodetool
+    from elastore.lab.host import lab_dir
 
-    d = lab.lab_dir()
+    d = lab_dir()
     state = lab.LabState.load(d)
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
@@ -241,8 +203,8 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
     ips = [n.spec.ip for n in state.nodes]
     if any(p.stream_mibps > 0 for p in todo) and "bulk" not in lab.cql(state, "keyspaces"):
         echo(f"writing {bulk_rows} bulk rows of 10 KiB (RF 2) for migrations to move ...")
-        _inside(state, [sys.executable, "-m", "elastore.lab.cql", ",".join(ips), "write",
-                        "bulk", str(bulk_rows), "10240", "11", "2"])
+        _inside(state, [sys.executable, "-m", "elastore.lab.cassandra.cql", ",".join(ips),
+                        "write", "bulk", str(bulk_rows), "10240", "11", "2"])
     # An HTB far above what the lab sends: it never binds, its byte counters measure the
     # bandwidth each class used (BwMan's regression data). A stale one from an interrupted
     # sweep of ours (same root handle) is removed first.
@@ -265,7 +227,7 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
                                   window_s, keys).save(warm)
                 _load(warm, t / "warmup.csv", preload=False, hosts=ips, routing=routing)
             out.parent.mkdir(parents=True, exist_ok=True)
-            with _Appender(out, COLUMNS) as wr, _Appender(bw_out, BW_COLUMNS) as bw:
+            with Appender(out, COLUMNS) as wr, Appender(bw_out, BW_COLUMNS) as bw:
                 for level, group in itertools.groupby(todo, key=lambda p: p.stream_mibps):
                     _profile_level(state, lib, nodetool, level, list(group), wr, bw, t,
                                    point_s, window_s, len(points), echo, ips, shaper, routing,
@@ -278,36 +240,13 @@ def run_profile(points: list[Point], out: Path, *, point_s: float = 20.0,
 BW_COLUMNS = ["client_mbit", "served_rps", "migration_mbit", "migration_mibps", "point"]
 
 
-class _Appender:
-    """A CSV opened for appending (header only when new), flushed after every write."""
-
-    def __init__(self, path: Path, columns: list[str]) -> None:
-        self.path = path
-        self.columns = columns
-
-    def __enter__(self) -> _Appender:
-        new = not self.path.exists()
-        self.fh = self.path.open("a", newline="")
-        self.wr = csv.DictWriter(self.fh, fieldnames=self.columns)
-        if new:
-            self.wr.writeheader()
-        return self
-
-    def write(self, rows: list[dict[str, Any]]) -> None:
-        self.wr.writerows(rows)
-        self.fh.flush()
-
-    def __exit__(self, *exc: object) -> None:
-        self.fh.close()
-
-
 def _profile_level(state: Any, lib: Path, nodetool: Any, level: float, group: list[Point],
-                   wr: _Appender, bw: _Appender, t: Path, point_s: float, window_s: float,
+                   wr: Appender, bw: Appender, t: Path, point_s: float, window_s: float,
                    total: int, echo: Callable[[str], None], ips: list[str],
                    shaper: Any, routing: str, stop_above_ms: float | None = None,
                    keys: KeyTable | None = None) -> None:
-    from elastore.lab import lab
-    from elastore.lab.cassandra import streaming_outgoing_bytes
+    from elastore.lab.cassandra import lab
+    from elastore.lab.cassandra.nodes import streaming_outgoing_bytes
 
     nodes = len(ips)
     settle(state, lib, nodetool, echo)  # the data load or the last level's rebuilds
@@ -435,6 +374,6 @@ def _inside(state: Any, argv: list[str]) -> None:
 
 def _load(wl: Path, out: Path, preload: bool, hosts: list[str], routing: str) -> None:
     """One point of load, in this process (which runs inside the lab namespace)."""
-    from elastore.lab.loadgen import run
+    from elastore.lab.cassandra.load import run
 
     run(Workload.load(wl), hosts, out, keyspace="wiki", preload=preload, routing=routing)

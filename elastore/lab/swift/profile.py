@@ -13,6 +13,9 @@ reads them unchanged.
   its share) and then drained (it pushes everything back). Per sender, the bytes its class
   sent over the seconds it was busy (tc counters every 0.5 s; busy: above half of ``M``).
   Swift's own rsync_bwlimit is off, so tc binds.
+
+Also ``elastore lab profile`` on the Swift lab (:func:`run_swift_profile`): the SLO
+border's samples over load and read ratio.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from elastore.lab.bwprofile import (
     points_path,
     reduce_bandwidth,
 )
+from elastore.lab.host import lab_dir
 from elastore.units import bytes_to_mib
 
 UNSHAPED_MBIT = 5000.0
@@ -48,10 +52,10 @@ def run_swift_bandwidth_profile(points: list[BwPoint], out: Path, *, point_s: fl
     """Run the sweep on the Swift lab that is up (inside its namespace); append raw rows,
     then write the reduced curves to ``out``."""
     from elastore.actuators.tc import HtbShaper
-    from elastore.lab import swift
-    from elastore.lab.profile import _Appender
+    from elastore.lab.sweep import Appender
+    from elastore.lab.swift import lab as swift
 
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     if state is None or len(state.nodes) < max(2, state.replicas if state else 2):
         raise ElastoreError("no Swift lab of at least 2 nodes is up: run 'elastore lab up "
                             "--store swift' first")
@@ -79,7 +83,7 @@ def run_swift_bandwidth_profile(points: list[BwPoint], out: Path, *, point_s: fl
     out.parent.mkdir(parents=True, exist_ok=True)
     try:
         with tempfile.TemporaryDirectory(prefix="elastore-swiftbw-") as tmp, \
-                _Appender(raw_path, RAW_COLUMNS) as wr:
+                Appender(raw_path, RAW_COLUMNS) as wr:
             t = Path(tmp)
             client = [p for p in todo if p.kind == "client"]
             if client:
@@ -111,8 +115,8 @@ def _settle(ips: list[str], shaper: Any, echo: Callable[[str], None],
             timeout_s: float = 120.0) -> None:
     """Unshape the links and wait until a GET through the proxy answers within 50 ms three
     times in a row: a point starts on an empty proxy, not on its predecessor's queue."""
-    from elastore.lab import swift
-    from elastore.lab.swiftload import SwiftClient
+    from elastore.lab.swift import lab as swift
+    from elastore.lab.swift.load import SwiftClient
 
     for ip in ips:
         shaper.set_rates(ip, client_mbit=UNSHAPED_MBIT, storage_mbit=UNSHAPED_MBIT)
@@ -138,9 +142,9 @@ def _settle(ips: list[str], shaper: Any, echo: Callable[[str], None],
 def _client_points(nodes: int, ips: list[str], shaper: Any, points: list[BwPoint], wr: Any,
                    t: Path, point_s: float, window_s: float, read_ratio: float, total: int,
                    echo: Callable[[str], None], slo_ms: float = 100.0) -> None:
-    from elastore.lab import swift
-    from elastore.lab.profile import KEY_COUNT, constant_workload
-    from elastore.lab.swiftload import run
+    from elastore.lab.sweep import KEY_COUNT, constant_workload
+    from elastore.lab.swift import lab as swift
+    from elastore.lab.swift.load import run
 
     echo(f"preloading {KEY_COUNT} objects ...")
     run(constant_workload(1.0, 1.0, window_s, window_s), swift.PROXY_ADDR, swift.ACCOUNT,
@@ -185,10 +189,10 @@ def _client_points(nodes: int, ips: list[str], shaper: Any, points: list[BwPoint
 def _migration_points(ips: list[str], shaper: Any, points: list[BwPoint], wr: Any,
                       bulk_objects: int, bulk_kib: int, total: int,
                       echo: Callable[[str], None]) -> None:
-    from elastore.lab import swift
-    from elastore.lab.swiftload import write_bulk
+    from elastore.lab.swift import lab as swift
+    from elastore.lab.swift.load import write_bulk
 
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     assert state is not None
     for ip in ips:  # the bulk goes in unshaped, after the client points' queues drained
         shaper.set_rates(ip, client_mbit=UNSHAPED_MBIT, storage_mbit=UNSHAPED_MBIT)
@@ -202,7 +206,7 @@ def _migration_points(ips: list[str], shaper: Any, points: list[BwPoint], wr: An
             shaper.set_rates(ip, client_mbit=UNSHAPED_MBIT, storage_mbit=p.mbit)
         handles = {ip: shaper.nodes[ip].storage for ip in ips}
         for step in ("add", "drain"):
-            state = swift.SwiftLabState.load(swift.lab_dir())
+            state = swift.SwiftLabState.load(lab_dir())
             assert state is not None
             sampler = BusySampler(shaper, handles, 0.5 * p.mbit)
             t0 = time.monotonic()
@@ -211,7 +215,7 @@ def _migration_points(ips: list[str], shaper: Any, points: list[BwPoint], wr: An
                     nd = swift.add_node()
                 else:
                     swift.drain_node(nd.n)
-                state = swift.SwiftLabState.load(swift.lab_dir())
+                state = swift.SwiftLabState.load(lab_dir())
                 assert state is not None
                 swift.wait_replicated(state, 3600)
             secs = time.monotonic() - t0
@@ -247,11 +251,11 @@ def run_swift_profile(loads: list[float], read_ratios: list[float], out: Path, *
     ends a read ratio's sweep once two loads in a row had a median window p95 above it."""
     import statistics
 
-    from elastore.lab import swift
-    from elastore.lab.profile import _Appender, constant_workload
-    from elastore.lab.swiftload import run
+    from elastore.lab.sweep import Appender, constant_workload
+    from elastore.lab.swift import lab as swift
+    from elastore.lab.swift.load import run
 
-    state = swift.SwiftLabState.load(swift.lab_dir())
+    state = swift.SwiftLabState.load(lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no Swift lab is up: run 'elastore lab up --store swift' first")
     if point_s < 2 * window_s:
@@ -261,7 +265,7 @@ def run_swift_profile(loads: list[float], read_ratios: list[float], out: Path, *
     n = len(state.nodes)
     loads = sorted(loads)
     with tempfile.TemporaryDirectory(prefix="elastore-swiftprof-") as tmp, \
-            _Appender(out, SAMPLE_COLUMNS) as wr:
+            Appender(out, SAMPLE_COLUMNS) as wr:
         t = Path(tmp)
         echo("preloading the objects ...")
         run(constant_workload(1.0, 1.0, window_s, window_s), swift.PROXY_ADDR,

@@ -52,7 +52,8 @@ from elastore.actuators.swiftring import (
 )
 from elastore.errors import ElastoreError
 from elastore.lab import netns
-from elastore.lab.cassandra import cache_dir, ensure_bindsrc, wait_for
+from elastore.lab.bindsrc import ensure_bindsrc
+from elastore.lab.host import cache_dir, lab_dir, wait_for
 
 log = logging.getLogger("elastore.lab.swift")
 
@@ -83,12 +84,6 @@ REPLICATION_INTERVAL_S = 5
 
 def node_ip(n: int) -> str:
     return f"127.0.1.{n}"
-
-
-def lab_dir() -> Path:
-    from elastore.lab.lab import lab_dir as d
-
-    return d()
 
 
 @dataclass
@@ -352,7 +347,7 @@ def _stop(pid: int, marker: str, timeout_s: float = 15) -> bool:
 def _spawn(state: SwiftLabState, argv: list[str], logf: Path, bind_ip: str = "") -> int:
     """Start ``argv`` in the lab's namespace; with ``bind_ip`` its outgoing connections
     (and its children's: the replicators' rsync) leave from that address (the ``bindsrc``
-    shim, :func:`elastore.lab.cassandra.ensure_bindsrc`), as from a host of its own: tc
+    shim, :func:`elastore.lab.bindsrc.ensure_bindsrc`), as from a host of its own: tc
     tells the nodes' traffic apart by source address."""
     logf.parent.mkdir(parents=True, exist_ok=True)
     env = None

@@ -25,25 +25,20 @@ from typing import Any
 from elastore.actuators.nodetool import stream_setting
 from elastore.errors import ElastoreError
 from elastore.lab import cgroups, netns
-from elastore.lab.cassandra import (
+from elastore.lab.cassandra.nodes import (
     CASSANDRA_VERSION,
     NodeSpec,
     ensure_jars,
     nodetool,
     start_example_exporter,
     start_node,
-    wait_for,
     write_config,
 )
+from elastore.lab.host import lab_dir, wait_for
 
 log = logging.getLogger("elastore.lab")
 NAMESPACE = "elastore-lab"
 MAX_NODES = 4
-
-
-def lab_dir() -> Path:
-    return Path(os.environ.get("ELASTORE_LAB_DIR",
-                               Path.home() / ".local" / "state" / "elastore" / "lab"))
 
 
 @dataclass
@@ -267,7 +262,8 @@ def _ring(state: LabState, via: NodeState, lib: Path) -> dict[str, str]:
 def cql(state: LabState, *args: str, timeout: float = 300) -> dict[str, Any]:
     """Run the CQL helper inside the namespace against the live nodes."""
     hosts = ",".join(n.spec.ip for n in state.nodes)
-    cmd = netns.command(state.netns, [sys.executable, "-m", "elastore.lab.cql", hosts, *args])
+    cmd = netns.command(state.netns, [sys.executable, "-m", "elastore.lab.cassandra.cql", hosts,
+                                      *args])
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if res.returncode != 0:
         raise ElastoreError(f"cql {' '.join(args)} failed: {res.stderr.strip()[-600:]}")

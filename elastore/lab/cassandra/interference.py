@@ -234,10 +234,11 @@ def run_interference_profile(points: list[IPoint], out: Path, *, point_s: float 
     and stalls more than a warm one, and without this the first baseline read as
     interference (index 0.59, p95 10.8 ms at 400 req/s right after the preload, against
     0.25 and 2.9 ms a few minutes later, on the same lab)."""
-    from elastore.lab import lab
-    from elastore.lab.profile import _Appender, constant_workload
+    from elastore.lab.cassandra import lab
+    from elastore.lab.host import lab_dir
+    from elastore.lab.sweep import Appender, constant_workload
 
-    state = lab.LabState.load(lab.lab_dir())
+    state = lab.LabState.load(lab_dir())
     if state is None or not state.nodes:
         raise ElastoreError("no lab is up: run 'elastore lab up' first")
     if any(not n.cgroup for n in state.nodes):
@@ -270,7 +271,7 @@ def run_interference_profile(points: list[IPoint], out: Path, *, point_s: float 
                  "...")
             _load(warm, t / "warmup.csv", preload=False)
         out.parent.mkdir(parents=True, exist_ok=True)
-        with _Appender(out, COLUMNS) as wr:
+        with Appender(out, COLUMNS) as wr:
             for k, p in enumerate(todo):
                 runner = CoRunner(p.kind, p.level, cpus) if p.kind != BASELINE else None
                 wl = t / f"p{p.index}.json"
