@@ -27,7 +27,7 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
     phases = {p.name: p for p in tiers.test_phases([])}
     exprs = {name: p.argv[p.argv.index("-m") + 1] for name, p in phases.items()
              if "-m" in p.argv}
-    assert set(exprs) == {"lab", "waiting", "units"}
+    assert set(exprs) == {"parallel", "lab", "control-plane"}
     for marks in _marker_sets():
         chosen = [name for name, e in exprs.items() if _selected(e, marks)]
         if "measure" in marks:
@@ -37,27 +37,23 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
         if "lab" in marks and ("concurrent" not in marks or "k8s" in marks):
             # a store under load, or a store beside a control plane: alone
             assert chosen == ["lab"], marks
-        elif "k8s" in marks or "lab" in marks:
-            # a control plane over kwok's pods and no store, or a real component that times
-            # nothing: beside the lab phase
-            assert chosen == ["waiting"], marks
+        elif "k8s" in marks:
+            # a control plane over kwok's pods and no store: beside the lab phase
+            assert chosen == ["control-plane"], marks
         else:
-            # no control plane, no real component: the unit suites
-            assert chosen == ["units"], marks
+            # nothing timed: the unit suites and the lab tests that say they time nothing
+            assert chosen == ["parallel"], marks
 
 
-def test_the_waiting_and_unit_phases_run_beside_the_lab_phase_at_lower_priorities() -> None:
+def test_only_the_control_plane_phase_runs_beside_another_and_niced() -> None:
     phases = tiers.test_phases([])
     names = [(p.name, p.beside) for p in phases]
-    k = names.index(("lab", False))
-    # the lab phase is last of the ones run alone, and everything after it runs beside it
-    assert names[k + 1:] == [("waiting", True), ("units", True)]
-    assert not any(beside for _, beside in names[:k + 1])
-    assert phases[k].argv[0] != "nice"  # the critical path keeps full priority
-    niceness = {p.name: int(p.argv[2]) for p in phases[k + 1:] if p.argv[:2] == ("nice", "-n")}
-    assert niceness == {"waiting": tiers.BESIDE_NICE, "units": tiers.UNITS_NICE}
-    # the units, pure CPU, yield to the suites that wait on a clock
-    assert 0 < tiers.BESIDE_NICE < tiers.UNITS_NICE <= 19
+    k = names.index(("control-plane", True))
+    assert names[k - 1] == ("lab", False)  # beside the lab phase
+    assert [n for n, beside in names if beside] == ["control-plane"]
+    assert phases[k - 1].argv[0] != "nice"  # the critical path keeps full priority
+    assert phases[k].argv[:3] == ("nice", "-n", str(tiers.BESIDE_NICE)) and \
+        tiers.BESIDE_NICE > 0
 
 
 def test_phases_beside_another_run_at_the_same_time_and_their_failures_count(

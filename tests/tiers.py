@@ -4,15 +4,16 @@
     python tests/tiers.py lab-check [--only NAME[,NAME...]] [--list]
 
 ``test`` (what ``make test`` and CI run) is the mechanisms: lint, types, the MSTL baseline's
-tests in their own venv, then three phases at once:
+tests in their own venv, then what times nothing and needs no control plane on 3
+pytest-xdist workers with the machine to themselves (the unit suites, and the lab tests
+marked ``concurrent``: real components, nothing timed), then two phases at once:
 
 * ``lab``: the lab suites that time something (a latency, a rate, a deadline), one at a time,
   at full priority: the run's critical path;
-* ``waiting``, beside it on 2 workers at a lower CPU priority (``nice``): the control-plane
-  suites (kwok's pods, a stand-in store: no Cassandra, no Swift) and the lab tests marked
-  ``concurrent`` (real components, nothing timed). They mostly wait on the wall clock;
-* ``units``, beside both on 2 workers at the lowest priority: the unit suites, pure CPU
-  and no clock, which take what CPU the other two leave.
+* ``control-plane``, beside it on 2 workers at a lower CPU priority (``nice``): the
+  control-plane suites, whose pods are kwok's and whose store is a stand-in (no Cassandra,
+  no Swift). They mostly wait on the wall clock, so the lab phase keeps the CPU when it
+  wants it.
 
 A phase run beside another keeps its output in ``.test-times/<name>.log``, printed when all
 have ended.
@@ -45,11 +46,9 @@ MSTL_TESTS = "tests/test_predictor_mstl.py"
 OUT = REPO / ".test-times"
 #: how many of the slowest files the summary lists
 SLOWEST = 25
-#: the niceness of the suites that wait beside the lab phase: it keeps the CPU when it wants it
+#: the niceness of a phase run beside another: the lab phase keeps the CPU when it wants it
 BESIDE_NICE = 10
-#: the unit suites' niceness: pure CPU, they take what the others leave
-UNITS_NICE = 19
-#: numpy's BLAS threads per pytest process: 4 workers beside the lab on 2 cores
+#: numpy's BLAS threads per pytest process: 3 workers on 2 cores, more would oversubscribe
 SINGLE_THREADED = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
 
@@ -75,20 +74,20 @@ def test_phases(extra: list[str]) -> list[Phase]:
         # statsforecast needs pandas < 3; the package and the rest run on pandas 3
         Phase("mstl", (str(FORECAST_VENV / "pytest"), "-p", "no:cacheprovider", "-q",
                        MSTL_TESTS, *extra), pytest=True),
+        # nothing timed, no control plane: 3 workers on the 2 cores, BLAS single-threaded.
+        # (Run beside the lab phase at nice 19 instead, stop 35, they slowed it by 4.6 min,
+        # more than the 3.3 min they take alone)
+        Phase("parallel", (*py, "-m", "not measure and not k8s and (not lab or concurrent)",
+                           "-n", "3", "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra),
+              pytest=True),
         # latencies, rates and deadlines are part of what these check: one at a time
         Phase("lab", (*py, "-m", "lab and (not concurrent or k8s) and not measure",
                       f"--ignore={MSTL_TESTS}", *extra), pytest=True),
-        # control planes over kwok's pods (no store) and real components that time nothing:
-        # mostly waiting on the wall clock, beside the lab phase, niced, a module's fixtures
-        # in one process
-        Phase("waiting", ("nice", "-n", str(BESIDE_NICE), *py, "-m",
-                          "not measure and ((k8s and not lab) or (lab and concurrent and "
-                          "not k8s))", "-n", "2", "--dist", "loadfile",
-                          f"--ignore={MSTL_TESTS}", *extra), pytest=True, beside=True),
-        # pure CPU, no clock: what the two above leave of the CPU
-        Phase("units", ("nice", "-n", str(UNITS_NICE), *py, "-m",
-                        "not measure and not lab and not k8s", "-n", "2", "--dist",
-                        "loadfile", f"--ignore={MSTL_TESTS}", *extra),
+        # control planes and operators over kwok's pods, no store: mostly waiting on the wall
+        # clock, so they run beside the lab phase, niced, a module's fixtures in one process
+        Phase("control-plane", ("nice", "-n", str(BESIDE_NICE), *py, "-m",
+                                "not measure and k8s and not lab", "-n", "2", "--dist",
+                                "loadfile", f"--ignore={MSTL_TESTS}", *extra),
               pytest=True, beside=True),
     ]
 
