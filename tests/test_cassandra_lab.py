@@ -253,7 +253,7 @@ def test_profile_sweeps_and_measures_migration(cluster: Path, tmp_path: Path) ->
     out = tmp_path / "samples.csv"
     argv = [sys.executable, "-m", "elastore", "lab", "profile", "--out", str(out),
             "--loads", "60,240", "--read-ratios", "0.95", "--migrations", "0,4",
-            "--interference", "0", "--point-seconds", "15", "--bulk-rows", "3000"]
+            "--interference", "0", "--point-seconds", "10", "--bulk-rows", "3000"]
     env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900,
                          check=False)
@@ -297,7 +297,7 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
     out = tmp_path / "bw.csv"
     argv = [sys.executable, "-m", "elastore", "lab", "profile-bandwidth", "--out", str(out),
             "--client-mbit", "4", "--load-fractions", "0.5,1.3", "--migration-mbit", "4",
-            "--migration-rows", "1500", "--point-seconds", "25"]
+            "--migration-rows", "1500", "--point-seconds", "15"]
     env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900,
                          check=False)
