@@ -80,8 +80,6 @@ def parse_duration(text: str, where: str) -> float:
     return sum(float(n) * _UNIT_S[u] for n, u in _PART.findall(text.strip()))
 
 
-#: ``spec.target.kind``: a bare StatefulSet, or a cass-operator datacenter
-DATACENTER = "CassandraDatacenter"
 TARGET_KINDS: tuple[str, ...] = declared("spec.target.kind").enum or ()
 
 
@@ -153,8 +151,9 @@ class Prometheus:
     #: the target's replication factor (a preset that counts replica writes divides by it)
     replication_factor: int = 3
     auth: PrometheusAuth = field(default_factory=lambda: PrometheusAuth())
-    #: the target's kind: which pod names are its own
-    target_kind: str = "StatefulSet"
+    #: the target's pod names as a PromQL regex, ``{name}`` its name (its store's
+    #: :attr:`~elastore.stores.registry.Store.pods`)
+    pod_regex: str = "{name}-[0-9]+"
 
     def scope(self, namespace: str, target: str) -> str:
         """The label matchers that keep the default queries to the target's own pods."""
@@ -165,12 +164,7 @@ class Prometheus:
             # a StatefulSet's name is a DNS subdomain: "." is its only regex character
             # (escaped once for the regex, once for PromQL's string)
             name = target.replace(".", chr(92) * 2 + ".")
-            if self.target_kind == DATACENTER:
-                # cass-operator's pods: <cluster>-<datacenter>-<rack>-sts-<ordinal>
-                # (pkg/reconciliation/construct_statefulset.go, NewStatefulSetName)
-                parts.append(f'{self.pod_label}=~".+-{name}-.+-sts-[0-9]+"')
-            else:
-                parts.append(f'{self.pod_label}=~"{name}-[0-9]+"')
+            parts.append(f'{self.pod_label}=~"{self.pod_regex.format(name=name)}"')
         if self.selector:
             parts.append(self.selector)
         return ",".join(parts)
@@ -542,7 +536,8 @@ def parse(spec: Any) -> PolicySpec:
         kind=_read(t, "spec.target.kind"),
         store=store, container=container, nodetool=nodetool,
         swift=swift_spec.parse(t.get("swift"), store))
-    if entry(target.store, target.kind) is None:
+    served_as = entry(target.store, target.kind)
+    if served_as is None:
         raise SpecError(f"no store driver serves store {target.store!r} as {target.kind}; "
                         f"these are served: {served()}", "spec.target.store")
     r = spec.get("replicas")
@@ -641,7 +636,7 @@ def parse(spec: Any) -> PolicySpec:
                           replication_factor=rf,
                           preset=_choice(p.get("preset", default_preset(target.store, target.kind)),
                                          "spec.metrics.prometheus.preset"),
-                          target_kind=target.kind,
+                          pod_regex=served_as.pods,
                           auth=_auth(p, url))
     swift_spec.check_mode(target.swift, target.store, mode)
     if mode == "Enforce" and prom is None:

@@ -26,6 +26,9 @@ class Store:
     presets: str
     default_preset: str
     summary: str
+    #: the target's pod names, as a PromQL regex (``{name}``: the target's name, regex-
+    #: escaped): the default queries' scope to its own pods
+    pods: str = "{name}-[0-9]+"
 
 
 #: every store and kind of target a policy may name
@@ -37,7 +40,10 @@ STORES: tuple[Store, ...] = (
     Store("cass-operator", "cassandra", "CassandraDatacenter",
           "elastore.stores.cass_operator.driver:DatacenterDriver",
           "elastore.stores.cassandra.presets:PRESETS", "management-api",
-          "spec.size in rack-balanced steps; cass-operator adds and decommissions nodes"),
+          "spec.size in rack-balanced steps; cass-operator adds and decommissions nodes",
+          # cass-operator's pods: <cluster>-<datacenter>-<rack>-sts-<ordinal>
+          # (pkg/reconciliation/construct_statefulset.go, NewStatefulSetName)
+          pods=".+-{name}-.+-sts-[0-9]+"),
     Store("swift", "swift", "StatefulSet", "elastore.stores.swift.driver:SwiftDriver",
           "elastore.stores.swift.presets:PRESETS", "swift-statsd",
           "rings and replicas: add the device; drain, remove it, then replicas down"),
