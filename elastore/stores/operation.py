@@ -30,7 +30,7 @@ does not match, or a scale-in below ``max(replicas.min, replicationFactor)``
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from elastore.errors import ElastoreError
@@ -215,3 +215,60 @@ def allowed_replicas(op: OperationState) -> tuple[int, ...]:
     if op.phase == "Scaling":
         return (op.from_replicas, op.to_replicas)
     return (op.to_replicas,)
+
+
+#: a step held before its machine looks at anything else: Stuck waits for a human
+#: (``none``), drift touches nothing (``conflict``), a deadline passed ends it (``stuck``)
+Held = tuple[OperationState, Literal["none", "conflict", "stuck"], bool]
+
+
+def held(op: OperationState, size: int, now_s: float, what: str,
+         allowed: tuple[int, ...] | None = None) -> Held | None:
+    """What every store's machine checks first. ``size``: the target's size as the store
+    shows it (``what`` names it, e.g. "the StatefulSet has 5 replicas"); ``allowed``: the
+    sizes this phase may find (default :func:`allowed_replicas`). None: go on."""
+    if op.phase == "Stuck":  # a human decides (elastore.io/abort, or the status)
+        return op, "none", False
+    allowed = allowed_replicas(op) if allowed is None else allowed
+    if size not in allowed:
+        want = " or ".join(map(str, allowed))
+        return replace(op, updated_s=now_s, message=(
+            f"drift: {what}, this {op.kind} {op.from_replicas} -> {op.to_replicas} in phase "
+            f"{op.phase} expects {want}; touching nothing until it is back or the operation "
+            "is aborted")), "conflict", False
+    return None
+
+
+def overdue(op: OperationState, now_s: float, why_late: str = "no further step"
+            ) -> Held | None:
+    """Past its deadline: Stuck (``stuck``), saying the phase it was in and ``why_late``."""
+    if op.deadline_s is None or now_s <= op.deadline_s:
+        return None
+    return replace(op, phase="Stuck", updated_s=now_s, message=(
+        f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its deadline "
+        f"{iso(op.deadline_s)} in phase {op.phase} ({op.message}); {why_late}")), \
+        "stuck", False
+
+
+def scale_in_tail(op: OperationState, now_s: float, pod_exists: bool, pvc_policy: str,
+                  pvc_exists: bool | None, pvc_marked: bool, mark: str
+                  ) -> tuple[OperationState, Literal["none", "delete-pvc"], bool]:
+    """A scale-in once its replicas are lowered (phase ``Scaling``) or its pod has gone
+    (``Cleanup``), whatever the store: wait for the pod to go, then its PVC per
+    ``pvc_policy`` (``pvc_exists`` None: not known, so not deleted); deleted only if it
+    carries this operation's mark, which says ``mark`` (what a PVC without one is retained
+    for not showing)."""
+    def at(phase: str, message: str) -> OperationState:
+        return replace(op, phase=phase, message=message, updated_s=now_s)
+
+    if op.phase == "Scaling":
+        if pod_exists:
+            return at("Scaling", f"waiting for {op.pod} to go"), "none", False
+        return at("Cleanup", f"{op.pod} is gone"), "none", False
+    if pvc_policy == "Delete" and op.pvc and pvc_exists:
+        if pvc_marked:
+            return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
+        return at("Done", f"{op.pod} removed; PVC {op.pvc} retained: it carries no mark "
+                          f"{mark}"), "none", True
+    kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
+    return at("Done", f"{op.pod} removed{kept}"), "none", True

@@ -31,14 +31,15 @@ from typing import Any, Literal
 
 from elastore.actuators.ports import DatacenterFacts
 from elastore.errors import ElastoreError
-from elastore.operator.conditions import iso
 from elastore.stores.operation import (
     DEADLINE_FACTOR,
     DEADLINE_MARGIN_S,
     OperationState,
     below_floor,
     expected_seconds,
+    held,
     new_id,
+    overdue,
 )
 
 Effect = Literal["none", "resize", "conflict", "stuck", "reject"]
@@ -160,20 +161,13 @@ def advance(op: OperationState, facts: DatacenterFacts, now_s: float,
     def at(phase: str, message: str, **kw: Any) -> OperationState:
         return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
 
-    if op.phase == "Stuck":  # a human decides (elastore.io/abort)
-        return op, "none", False
     allowed = (op.from_replicas, op.to_replicas) if op.phase == "Resizing" else \
         (op.to_replicas,)
-    if facts.size not in allowed:
-        return at(op.phase, f"drift: CassandraDatacenter {facts.name} has size {facts.size}, "
-                            f"this {op.kind} {op.from_replicas} -> {op.to_replicas} in phase "
-                            f"{op.phase} expects {' or '.join(map(str, allowed))}; touching "
-                            "nothing until it is back or the operation is aborted"), \
-            "conflict", False
-    if op.deadline_s is not None and now_s > op.deadline_s:
-        return at("Stuck", f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its "
-                           f"deadline {iso(op.deadline_s)} ({op.message}); cass-operator's "
-                           "status and events say why; no further step"), "stuck", False
+    first = held(op, facts.size, now_s,
+                 f"CassandraDatacenter {facts.name} has size {facts.size}", allowed) or \
+        overdue(op, now_s, "cass-operator's status and events say why; no further step")
+    if first is not None:
+        return first
     if op.phase == "Resizing":
         if facts.size == op.from_replicas:
             if op.kind == "ScaleIn" and unfit is not None:

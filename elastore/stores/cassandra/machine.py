@@ -43,8 +43,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from elastore.errors import ElastoreError
-from elastore.operator.conditions import iso
-from elastore.stores.operation import OperationState, allowed_replicas
+from elastore.stores.operation import OperationState, held, overdue, scale_in_tail
 
 Effect = Literal["none", "scale", "decommission", "delete-pvc", "conflict", "stuck",
                  "cleanup", "reject"]
@@ -83,15 +82,10 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
     def at(phase: str, message: str, **kw: Any) -> OperationState:
         return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
 
-    if op.phase == "Stuck":  # a human decides (elastore.io/abort, or the status)
-        return op, "none", False
-    allowed = allowed_replicas(op)
-    if facts.spec_replicas not in allowed:
-        want = " or ".join(map(str, allowed))
-        return at(op.phase, f"drift: the StatefulSet has {facts.spec_replicas} replicas, this "
-                            f"{op.kind} {op.from_replicas} -> {op.to_replicas} in phase "
-                            f"{op.phase} expects {want}; touching nothing until it is back "
-                            "or the operation is aborted"), "conflict", False
+    first = held(op, facts.spec_replicas, now_s,
+                 f"the StatefulSet has {facts.spec_replicas} replicas")
+    if first is not None:
+        return first
 
     if op.kind == "ScaleIn" and op.phase == "Decommissioning" and (
             facts.node_mode == DECOMMISSION_FAILED or
@@ -101,10 +95,9 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
         why = facts.decommission_failed or f"its node reports {DECOMMISSION_FAILED}"
         return at("Stuck", f"the decommission of {op.pod} failed: {why}; not re-issued"), \
             "stuck", False
-    if op.deadline_s is not None and now_s > op.deadline_s:
-        return at("Stuck", f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its "
-                           f"deadline {iso(op.deadline_s)} in phase {op.phase} "
-                           f"({op.message}); no further step"), "stuck", False
+    late = overdue(op, now_s)
+    if late is not None:
+        return late
     if op.kind == "ScaleOut":
         if op.phase == "Scaling":
             if facts.spec_replicas < op.to_replicas:
@@ -165,34 +158,25 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
                                     "(before it left the ring): not lowering replicas blind")
             return at("Decommissioning", f"{op.pod}'s node is "
                                          f"{mode or 'not answering'}; waiting"), "none", False
-        if op.phase == "Scaling":
-            if facts.spec_replicas > op.to_replicas:
-                # the status says the node left; the store must say so too (issue 34)
-                mode = facts.node_mode
-                if mode not in ("DECOMMISSIONED", None):
-                    return at("Scaling", f"the status says {op.pod} has left the ring; its "
-                                         f"node reports {mode}, not DECOMMISSIONED"), \
+        if op.phase == "Scaling" and facts.spec_replicas > op.to_replicas:
+            # the status says the node left; the store must say so too (issue 34)
+            mode = facts.node_mode
+            if mode not in ("DECOMMISSIONED", None):
+                return at("Scaling", f"the status says {op.pod} has left the ring; its "
+                                     f"node reports {mode}, not DECOMMISSIONED"), \
                         "reject", False
-                if mode is None:
-                    return at("Scaling", f"waiting: {op.pod}'s node does not answer (it "
-                                         "must report DECOMMISSIONED before its pod goes)"), \
+            if mode is None:
+                return at("Scaling", f"waiting: {op.pod}'s node does not answer (it "
+                                     "must report DECOMMISSIONED before its pod goes)"), \
                         "none", False
-                if facts.ring_gone is not True:
-                    return at("Scaling", f"{op.pod} reports DECOMMISSIONED; waiting for "
-                                         "another node's ring to drop it"), "none", False
-                return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
-            if facts.pod_exists:
-                return at("Scaling", f"waiting for {op.pod} to go"), "none", False
-            return at("Cleanup", f"{op.pod} is gone"), "none", False
-        if op.phase == "Cleanup":
-            if pvc_policy == "Delete" and op.pvc and facts.pvc_exists:
-                if facts.pvc_marked:
-                    return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
-                return at("Done", f"{op.pod} removed; PVC {op.pvc} retained: it carries no "
-                                  "mark of this operation that its node left the ring"), \
-                    "none", True
-            kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
-            return at("Done", f"{op.pod} removed{kept}"), "none", True
+            if facts.ring_gone is not True:
+                return at("Scaling", f"{op.pod} reports DECOMMISSIONED; waiting for "
+                                     "another node's ring to drop it"), "none", False
+            return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
+        if op.phase in ("Scaling", "Cleanup"):
+            return scale_in_tail(op, now_s, facts.pod_exists, pvc_policy, facts.pvc_exists,
+                                 facts.pvc_marked, "of this operation that its node left the "
+                                 "ring")
     raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")
 
 

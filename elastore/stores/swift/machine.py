@@ -37,8 +37,7 @@ from typing import Any, Literal
 
 from elastore.actuators.swiftring import Misplaced
 from elastore.errors import ElastoreError
-from elastore.operator.conditions import iso
-from elastore.stores.operation import OperationState, allowed_replicas
+from elastore.stores.operation import OperationState, held, overdue, scale_in_tail
 
 Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "delete-pvc",
                  "conflict", "stuck", "reject"]
@@ -99,19 +98,10 @@ def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str
     def at(phase: str, message: str, **kw: Any) -> OperationState:
         return replace(op, phase=phase, message=message, updated_s=now_s, **kw)
 
-    if op.phase == "Stuck":  # a human decides (elastore.io/abort, or the status)
-        return op, "none", False
-    allowed = allowed_replicas(op)
-    if facts.spec_replicas not in allowed:
-        want = " or ".join(map(str, allowed))
-        return at(op.phase, f"drift: the StatefulSet has {facts.spec_replicas} replicas, this "
-                            f"{op.kind} {op.from_replicas} -> {op.to_replicas} in phase "
-                            f"{op.phase} expects {want}; touching nothing until it is back "
-                            "or the operation is aborted"), "conflict", False
-    if op.deadline_s is not None and now_s > op.deadline_s:
-        return at("Stuck", f"{op.kind} {op.from_replicas} -> {op.to_replicas} is past its "
-                           f"deadline {iso(op.deadline_s)} in phase {op.phase} "
-                           f"({op.message}); no further step"), "stuck", False
+    first = held(op, facts.spec_replicas, now_s,
+                 f"the StatefulSet has {facts.spec_replicas} replicas") or overdue(op, now_s)
+    if first is not None:
+        return first
     if op.kind == "ScaleOut":
         if op.phase == "Scaling":
             if facts.spec_replicas < op.to_replicas:
@@ -175,32 +165,23 @@ def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str
                                       f"{', '.join(facts.lagging)}"), "none", False
             return at("Scaling", f"{op.pod} is out of the rings; lowering replicas to "
                                  f"{op.to_replicas}"), "scale", False
-        if op.phase == "Scaling":
-            if facts.spec_replicas > op.to_replicas:
-                # the status says the device is out of the rings; the rings must say so too
-                if facts.weight is not None:
-                    return at("Scaling", f"the status says {op.pod} is out of the rings; its "
-                                         f"device is in them (weight {facts.weight:g}, "
-                                         f"{facts.partitions or 0} partition(s))"), \
+        if op.phase == "Scaling" and facts.spec_replicas > op.to_replicas:
+            # the status says the device is out of the rings; the rings must say so too
+            if facts.weight is not None:
+                return at("Scaling", f"the status says {op.pod} is out of the rings; its "
+                                     f"device is in them (weight {facts.weight:g}, "
+                                     f"{facts.partitions or 0} partition(s))"), \
                         "reject", False
-                if not facts.pod_ip or facts.lagging is None or facts.lagging:
-                    why = f"{op.pod} has no IP" if not facts.pod_ip else \
+            if not facts.pod_ip or facts.lagging is None or facts.lagging:
+                why = f"{op.pod} has no IP" if not facts.pod_ip else \
                         f"the pods' rings are not known: {facts.why}" if facts.lagging is None \
                         else f"{', '.join(facts.lagging)} do not have the current rings yet"
-                    return at("Scaling", f"waiting before lowering replicas: {why}"), \
+                return at("Scaling", f"waiting before lowering replicas: {why}"), \
                         "none", False
-                return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
-            if facts.pod_exists:
-                return at("Scaling", f"waiting for {op.pod} to go"), "none", False
-            return at("Cleanup", f"{op.pod} is gone"), "none", False
-        if op.phase == "Cleanup":
-            if pvc_policy == "Delete" and op.pvc and facts.pvc_exists:
-                if facts.pvc_marked:
-                    return at("Cleanup", f"deleting PVC {op.pvc}"), "delete-pvc", False
-                return at("Done", f"{op.pod} removed; PVC {op.pvc} retained: it carries no "
-                                  "mark that its data left it"), "none", True
-            kept = f"; PVC {op.pvc} retained" if op.pvc and pvc_policy != "Delete" else ""
-            return at("Done", f"{op.pod} removed{kept}"), "none", True
+            return at("Scaling", f"lowering replicas to {op.to_replicas}"), "scale", False
+        if op.phase in ("Scaling", "Cleanup"):
+            return scale_in_tail(op, now_s, facts.pod_exists, pvc_policy, facts.pvc_exists,
+                                 facts.pvc_marked, "that its data left it")
     raise ElastoreError(f"Swift operation {op.kind} in unknown phase {op.phase!r}")
 
 
