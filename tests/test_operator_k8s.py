@@ -121,6 +121,13 @@ INVALID = [
      'spec.slo.percentile: Unsupported value: 90'),
     ("mode", {"mode": "Auto"}, "spec.mode: Unsupported value"),
     ("period too short", {"controlPeriod": "5s"}, "controlPeriod must be between 10s and 24h"),
+    # issue 35, finding 8: bounds on every number and duration (tests/test_spec_bounds.py)
+    ("a step of 100000h", {"prediction": {"step": "100000h"}},
+     "prediction.step must be between 1s and 24h"),
+    ("staleAfter 100000h", {"metrics": {"prometheus": {"url": "http://prometheus:9090",
+                                                       "staleAfter": "100000h"}}},
+     "metrics.prometheus.staleAfter must be between 1s and 1h"),
+    ("maxMiBps 1e308", {"migration": {"maxMiBps": 1e308}}, "spec.migration.maxMiBps"),
     ("period not a duration", {"controlPeriod": "ten minutes"},
      "spec.controlPeriod in body should match"),
     ("min > max migration", {"migration": {"minMiBps": 5, "maxMiBps": 2}},

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from elastore.operator.fielddecl import ABSENT, F
+from elastore.operator.fielddecl import ABSENT, DURATION, F, span
 from elastore.operator.presets import PRESETS
 from elastore.planner.behavior import MAX_PERIOD_S
 from elastore.planner.bwman import BwManConfig
@@ -100,11 +100,8 @@ FIELDS: tuple[F, ...] = (
     F("spec.slo.latencyMs", "number", open_min=True, minimum=0, maximum=600000, required=True),
     F("spec.controlPeriod", "string",
       default="10m",
-      pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
-      rules=(
-          ("duration(self) >= duration('10s') && duration(self) <= duration('24h')",
-           "controlPeriod must be between 10s and 24h"),
-      )),
+      pattern=DURATION,
+      seconds=(10, 86400)),
     F("spec.mode", "string", enum=("Recommend", "Enforce"), default="Recommend"),
     F("spec.prediction", "object", default={}),
     F("spec.prediction.method", "string",
@@ -112,20 +109,14 @@ FIELDS: tuple[F, ...] = (
       default=DEFAULT_METHOD),
     F("spec.prediction.horizon", "string",
       default="10m",
-      pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
-      rules=(
-          ("duration(self) > duration('0s')",
-           "prediction.horizon must be positive"),
-      )),
+      pattern=DURATION,
+      seconds=(1, 168 * 3600)),
     F("spec.prediction.step", "string",
       default="1h",
-      pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
+      pattern=DURATION,
       doc=("the load series the predictor sees: one value per step (its seasons are 24 and "
            "168 steps)"),
-      rules=(
-          ("duration(self) >= duration('1s')",
-           "prediction.step must be at least 1s"),
-      )),
+      seconds=(1, 86400)),
     F("spec.prediction.headroom", "number",
       minimum=0,
       maximum=0.9,
@@ -148,12 +139,9 @@ FIELDS: tuple[F, ...] = (
            "one prediction.horizon at a time")),
     F("spec.planner.lookahead", "string",
       default="24h",
-      pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
+      pattern=DURATION,
       doc="how far the Horizon planner looks: longer than the slowest change it may plan",
-      rules=(
-          ("duration(self) <= duration('168h')",
-           "planner.lookahead must be at most 168h"),
-      )),
+      seconds=(1, 168 * 3600)),
     F("spec.cost", "object", default={}),
     F("spec.cost.violationPenalty", "number",
       minimum=0,
@@ -165,8 +153,11 @@ FIELDS: tuple[F, ...] = (
     F("spec.migration.policy", "string",
       enum=("PreferClients", "PreferMigration"),
       default="PreferClients"),
-    F("spec.migration.minMiBps", "number", open_min=True, minimum=0, default=1),
-    F("spec.migration.maxMiBps", "number", open_min=True, minimum=0, default=24),
+    # 10,000 MiB/s is a 84 Gbit/s stream: above any node's link, below what overflows a
+    # deadline or a tc rate
+    F("spec.migration.minMiBps", "number", open_min=True, minimum=0, maximum=10000, default=1),
+    F("spec.migration.maxMiBps", "number", open_min=True, minimum=0, maximum=10000,
+      default=24),
     F("spec.migration.nodeOverheadSeconds", "integer",
       minimum=0,
       maximum=86400,
@@ -242,14 +233,19 @@ FIELDS: tuple[F, ...] = (
     F("spec.metrics.prometheus.url", "string", pattern="^https?://", required=True),
     F("spec.metrics.prometheus.staleAfter", "string",
       default="2m",
-      pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$'),
+      pattern=DURATION,
+      seconds=(1, 3600),
+      doc=("how old the newest sample of a pod's load series may be before it is stale (no "
+           "decision on it)")),
     F("spec.metrics.prometheus.rateWindow", "string",
       default="1m",
       pattern="^([0-9]+(s|m|h))+$",
+      seconds=(2, 3600),
       doc=("the range of every rate() in the preset's queries, whole seconds from 2s to 1h "
            "(at least four scrape intervals)")),
     F("spec.metrics.prometheus.warmup", "string",
-      pattern='^([0-9]+(\\.[0-9]+)?(ms|s|m|h))+$',
+      pattern=DURATION,
+      seconds=(0, 3600),
       doc=("how old the load series must be before its rate counts as a measurement "
            "(default: the rateWindow)")),
     F("spec.metrics.prometheus.selector", "string",
@@ -429,8 +425,14 @@ def _schema(f: F) -> dict[str, Any]:
         out["items"] = _schema(BY_PATH[f.path + "[]"])
     if f.doc is not None:
         out["description"] = f.doc
-    if f.rules:
-        out["x-kubernetes-validations"] = [{"rule": r, "message": m} for r, m in f.rules]
+    rules = list(f.rules)
+    if f.seconds is not None:
+        lo, hi = (span(x) for x in f.seconds)
+        rules.append((f"duration(self) >= duration('{lo}') && duration(self) <= "
+                      f"duration('{hi}')", f"{f.path.removeprefix('spec.')} must be between {lo} "
+                      f"and {hi}"))
+    if rules:
+        out["x-kubernetes-validations"] = [{"rule": r, "message": m} for r, m in rules]
     out.update(f.extra)
     if children:
         out["properties"] = {c.name: _schema(c) for c in children}

@@ -47,6 +47,7 @@ FIELDS: tuple[F, ...] = (
       default=100,
       open_min=True,
       minimum=0,
+      maximum=1_000_000,
       doc="a new pod's device weight"),
     F("spec.target.swift.execPrefix", "array",
       max_items=4,
@@ -85,8 +86,7 @@ def parse(w: Any, store: str) -> SwiftTarget:
     """``spec.target.swift`` (only for ``store: swift``). Paths and the device are words,
     never a shell line: the operator passes them as arguments of the commands it runs in
     the pods."""
-    from elastore.operator.spec import _ARG, _NAME, SpecError, _num, _read
-    from elastore.operator.specfields import default
+    from elastore.operator.spec import _ARG, _NAME, SpecError, _read
 
     if w is None:
         return SwiftTarget()
@@ -107,8 +107,7 @@ def parse(w: Any, store: str) -> SwiftTarget:
     device = _read(w, "spec.target.swift.device")
     if not isinstance(device, str) or not _DEVICE.match(device) or device in (".", ".."):
         raise SpecError(f"not a device name: {device!r}", "spec.target.swift.device")
-    weight = _num(w.get("weight", default("spec.target.swift.weight")),
-                  "spec.target.swift.weight", 0, 1e6, lo_open=True)
+    weight = _read(w, "spec.target.swift.weight")
     prefix = w.get("execPrefix", [])
     if not isinstance(prefix, list) or len(prefix) > 4 or not all(
             isinstance(x, str) and _ARG.match(x) for x in prefix):
