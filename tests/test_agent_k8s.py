@@ -32,6 +32,9 @@ NS = "shop"
 RELEASE = "bwk"
 AGENT_SA = f"{RELEASE}-elastore-agent"
 PERIOD_S = 1.0
+#: how far a co-runner on the pod's CPU lifts its index, at least (measured 0.36-0.40
+#: beside 2 stress-ng workers, 0.04 alone)
+RISE = 0.15
 #: an Enforce policy (the agent shapes nothing for Recommend); no operator runs here, so its
 #: metrics source is never read
 ENFORCE = {"mode": "Enforce", "metrics": {"prometheus": {"url": "http://127.0.0.1:9"}}}
@@ -163,14 +166,24 @@ def test_agent_measures_a_store_pods_interference_in_its_own_cgroup(bed: Bed) ->
         seen[:] = [scope, idx]
         return (idx[0][1],) if scope and scope[0][1] == 1.0 and idx else None
 
-    def settled(secs: float = 5.0) -> float:
-        """The pod's index once a whole window (3 s) is of the current state."""
-        time.sleep(secs)
+    def index_when(what: str, ok: Callable[[float], bool], timeout_s: float) -> float:
+        """The pod's first index that ``ok`` accepts, read every 0.5 s from a whole window
+        (3 s) of the current state on: make test runs this beside the lab tier, whose load
+        on the same CPU is contention too, so a transient of it is waited out (up to
+        ``timeout_s``) rather than read as the probe's error."""
+        time.sleep(4.0)
+        vals: list[float] = []
+
+        def check() -> tuple[float] | None:
+            got = own_index()
+            if got is not None:
+                vals.append(got[0])
+            return got if got is not None and ok(got[0]) else None
         try:
-            return wait_until("cass-1's own index", own_index, 15, every_s=0.5)[0]
+            return float(wait_until(what, check, timeout_s, every_s=0.5)[0])
         except AssertionError as exc:
-            raise AssertionError(f"{exc}: cass-1's series {seen}; agent log "
-                                 f"{agent.tail()[-1500:]}") from exc
+            raise AssertionError(f"{exc}: cass-1's indices {[round(v, 2) for v in vals]}, "
+                                 f"series {seen}; agent log {agent.tail()[-1500:]}") from exc
 
     try:
         # the agent looked for cass-1's cgroup when it started and did not find it: a UID
@@ -179,10 +192,11 @@ def test_agent_measures_a_store_pods_interference_in_its_own_cgroup(bed: Bed) ->
         t0 = time.monotonic()
         wait_until("the agent to find cass-1's new cgroup", own_index, 45, every_s=0.5)
         print(f"cass-1's cgroup found {time.monotonic() - t0:.0f} s after it was created")
-        before = settled()
+        before = index_when("cass-1's index alone", lambda v: v < 0.5, 30)
         with CoRunner("cpu", 2, [cpu]):
-            during = settled()
-        after = settled()
+            during = index_when("cass-1's index to rise beside a co-runner",
+                                lambda v: v > before + RISE, 30)
+        after = index_when("cass-1's index to fall back", lambda v: v < during - RISE, 30)
         text = agent.metrics()
     finally:
         proc.kill()
@@ -192,7 +206,7 @@ def test_agent_measures_a_store_pods_interference_in_its_own_cgroup(bed: Bed) ->
             cgroups.remove_tree("kubepods")
     print(f"cass-1 (own cgroup) index: {before:.2f} alone, {during:.2f} beside a co-runner, "
           f"{after:.2f} after")
-    assert during > before + 0.15 and after < during - 0.15, (before, during, after)
+    assert during > before + RISE and after < during - RISE, (before, during, after)
     # cass-0 has no cgroup here: the node's index, labelled as such
     scope0 = _series(text, "elastore_interference_pod_cgroup", "cass-0")
     assert len(scope0) == 1 and scope0[0][1] == 0.0 and 'reason="NoCgroup"' in scope0[0][0], \
