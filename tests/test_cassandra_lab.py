@@ -145,7 +145,8 @@ def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
             rows.append(f"2016-01-01 {h:02d}:00:00,P{i},{int(5000 * (i + 1) ** -1.1) + 100}")
     (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
     wl = build_workload(read_pages_csv(tmp_path / "p.csv"),
-                        BuildParams(hour_seconds=30.0, windows_per_hour=2, peak_rps=150.0,
+                        # 3 x 22 s: the load outlasts the 55-s wait below by a few seconds
+                        BuildParams(hour_seconds=22.0, windows_per_hour=2, peak_rps=150.0,
                                     write_fraction=0.2))
     wl.save(tmp_path / "wl.json")
     env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
