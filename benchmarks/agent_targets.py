@@ -53,7 +53,9 @@ def statefulset(name: str, replicas: int) -> str:
     lab = {"app": name}
     return json.dumps({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": NS},
+        # opted in: the agent shapes only the pods of a target that carries the label
+        "metadata": {"name": name, "namespace": NS,
+                     "labels": {"elastore.io/managed": "true"}},
         "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": lab},
                  "podManagementPolicy": "Parallel",
                  "template": {"metadata": {"labels": lab}, "spec": {"containers": [

@@ -74,7 +74,10 @@ def agent_subject(subjects: list[dict[str, str]]) -> bool:
 ON = {"agent.enabled": "true"}
 READS = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
          {"apiGroups": ["elastore.io"], "resources": ["elasticpolicies"],
-          "verbs": ["get", "list", "watch"]}]
+          "verbs": ["get", "list", "watch"]},
+         {"apiGroups": ["apps"], "resources": ["statefulsets"], "verbs": ["get", "list"]},
+         {"apiGroups": ["cassandra.datastax.com"], "resources": ["cassandradatacenters"],
+          "verbs": ["get"]}]
 
 
 # ------------------------------------------------------------------------------------------
@@ -338,12 +341,17 @@ def can_i(cp: ControlPlane, sa: str, verb: str, res: str, where: list[str]) -> s
                           check=False).stdout.strip())
 
 
-AGENT_READS = [(v, r) for r in ("pods", "elasticpolicies.elastore.io")
-               for v in ("get", "list", "watch")]
+AGENT_READS = [*((v, r) for r in ("pods", "elasticpolicies.elastore.io")
+                 for v in ("get", "list", "watch")),
+               # a policy's target and its pods' owners (a status can be forged)
+               # (cassandradatacenters: only in the rendered rules, READS; no CRD of
+               # cass-operator is installed here for `auth can-i` to resolve)
+               ("get", "statefulsets.apps"), ("list", "statefulsets.apps")]
 NEVER = [("create", "pods"), ("delete", "pods"), ("create", "pods/exec"),
          ("get", "pods/exec"), ("patch", "elasticpolicies.elastore.io"),
          ("patch", "elasticpolicies.elastore.io/status"), ("get", "secrets"),
          ("patch", "statefulsets.apps/scale"), ("update", "nodes"),
+         ("patch", "statefulsets.apps"),
          ("create", "events"), ("list", "configmaps")]
 
 

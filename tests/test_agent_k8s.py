@@ -279,6 +279,37 @@ def test_agent_keeps_the_shaping_when_the_api_cannot_be_read(bed: Bed) -> None:
         bed.cp.kubectl("apply", "-f", "-", stdin=json.dumps(doc))
 
 
+def test_tenant_a_forged_split_shapes_no_other_pod_and_nothing_of_a_refused_target(
+        bed: Bed) -> None:
+    """Issue 35, finding 1, on the real API server (pods owned by the controller-manager's
+    StatefulSets): a status written by the policy's author names web-0 (the unmanaged web
+    StatefulSet's pod), then asks for 2 kbit/s; then the target loses its opt-in label."""
+    assert bed.agent is not None
+
+    def counted(reason: str) -> bool:
+        return (f'elastore_agent_reconcile_errors_total{{reason="{reason}"}}'
+                in bed.agent.metrics())  # type: ignore[union-attr]
+
+    cass = ["cass-0", "cass-1", "cass-2"]
+    bed.set_split([*cass, "web-0"], client=20, storage=79)
+    until("web-0 refused as not the target's", lambda: counted("NotTargetPod"))
+    time.sleep(2 * PERIOD_S)
+    assert set(bed.shaped()) == set(cass), bed.shaped()
+    assert bed.veth_index("web-0") not in bed.inventory().htb
+    bed.set_split(cass, client=0.002, storage=99)
+    until("2 kbit/s refused: nothing of the policy shaped",
+          lambda: counted("SplitOutOfBounds") and bed.shaped() == {})
+    bed.set_split(cass, client=20, storage=79)
+    until("shaped again", lambda: len(bed.shaped()) == 3)
+    bed.cp.kubectl("label", "statefulset", "cass", "-n", NS, "elastore.io/managed-")
+    try:
+        until("an opted-out target unshaped", lambda: counted("NotOptedIn") and
+              bed.shaped() == {})
+    finally:
+        bed.cp.kubectl("label", "statefulset", "cass", "-n", NS, "elastore.io/managed=true")
+    until("opted in again: shaped", lambda: len(bed.shaped()) == 3)
+
+
 def test_agent_a_policy_in_recommend_mode_changes_no_tc(bed: Bed) -> None:
     bed.cp.kubectl("patch", "elasticpolicy", "orders", "-n", NS, "--type=merge", "-p",
                    json.dumps({"spec": {"mode": "Recommend"}}))

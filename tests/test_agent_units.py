@@ -21,7 +21,7 @@ from elastore.actuators.tc import (
     Ports,
     ifb_name,
 )
-from elastore.agent.desired import desired, policy_pods
+from elastore.agent.desired import Owners, desired, policy_pods
 from elastore.errors import ElastoreError
 
 NODE = "node-a"
@@ -35,17 +35,57 @@ def bw_status(pods: list[str], client: float = 30.0, storage: float = 69.0,
             "pods": [{"name": p, "clientMbit": client, "storageMbit": storage} for p in pods]}
 
 
-def pol(name: str, ns: str, bandwidth: Any, mode: str = "Enforce", **meta: Any
+def pol(name: str, ns: str, bandwidth: Any, mode: str = "Enforce", target: str = "cass",
+        kind: str = "StatefulSet", node_mbit: float | None = 100.0, **meta: Any
         ) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, **meta}, "spec": {"mode": mode},
+    spec = {"mode": mode, "target": {"name": target, "kind": kind, "replicationFactor": 3},
+            "replicas": {"min": 3, "max": 6}, "slo": {"latencyMs": 10},
+            "metrics": {"prometheus": {"url": "http://prometheus:9090"}}}
+    if node_mbit is not None:
+        spec["bandwidth"] = {"nodeMbit": node_mbit}
+    return {"metadata": {"name": name, "namespace": ns, **meta}, "spec": spec,
             "status": {"bandwidth": bandwidth}}
 
 
+def ref(kind: str, name: str) -> list[dict[str, Any]]:
+    """A controller ownerReference to ``kind``/``name`` (UIDs here are ``uid-<name>``)."""
+    return [{"kind": kind, "name": name, "uid": f"uid-{name}", "controller": True}]
+
+
 def pod(name: str, ns: str, ip: str | None = "10.0.0.5", node: str = NODE,
-        phase: str = "Running", host_network: bool = False, **meta: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}", **meta},
+        phase: str = "Running", host_network: bool = False, owner: str | None = None,
+        **meta: Any) -> dict[str, Any]:
+    """A pod, by default controlled by the StatefulSet its name says (``cass-0``: cass)."""
+    sts = owner if owner is not None else name.rsplit("-", 1)[0]
+    return {"metadata": {"name": name, "namespace": ns, "uid": f"uid-{name}",
+                         "ownerReferences": ref("StatefulSet", sts), **meta},
             "spec": {"nodeName": node, "hostNetwork": host_network},
             "status": {"phase": phase, "podIP": ip}}
+
+
+def obj(name: str, managed: bool = True, owner: tuple[str, str] | None = None
+        ) -> dict[str, Any]:
+    """A target object (a StatefulSet or a CassandraDatacenter)."""
+    meta: dict[str, Any] = {"name": name, "uid": f"uid-{name}",
+                            "labels": {"elastore.io/managed": "true"} if managed else {}}
+    if owner is not None:
+        meta["ownerReferences"] = ref(*owner)
+    return {"metadata": meta}
+
+
+def owners(*names: str, ns: str = "shop", **objs: dict[str, Any]) -> Owners:
+    """Every named StatefulSet target in ``ns`` opted in (``objs``: others, by name)."""
+    targets: dict[tuple[str, str, str], dict[str, Any] | None] = {
+        (ns, "StatefulSet", n): obj(n) for n in names or ("cass", "web", "db")}
+    for n, o in objs.items():
+        targets[(ns, "StatefulSet", n)] = o
+    return Owners(targets, {})
+
+
+def shaped(pols: list[dict[str, Any]], pods: list[dict[str, Any]],
+           own: Owners | None = None) -> tuple[list[str], list[str]]:
+    want, problems = desired(pols, pods, NODE, own if own is not None else owners())
+    return list(want), [p.reason for p in problems]
 
 
 # -- which pods ------------------------------------------------------------------------------
@@ -55,7 +95,8 @@ def test_agent_desired_shapes_named_running_pods_on_its_node_only() -> None:
             pod("cass-0", "other", "10.0.0.9"),
             pod("cass-3", "shop", "10.0.0.10", deletionTimestamp="2026-01-01T00:00:00Z")]
     want, problems = desired([pol("orders", "shop", bw_status(["cass-0", "cass-1", "cass-2",
-                                                               "cass-3"]))], pods, NODE)
+                                                               "cass-3"]))], pods, NODE,
+                             owners())
     assert list(want) == ["shop/cass-0"]  # not another node's, pending, unnamed, other ns,
     assert problems == []                 # or terminating
     t = want["shop/cass-0"]
@@ -65,7 +106,7 @@ def test_agent_desired_shapes_named_running_pods_on_its_node_only() -> None:
 
 def test_agent_desired_never_shapes_a_host_network_pod() -> None:
     want, problems = desired([pol("orders", "shop", bw_status(["cass-0"]))],
-                             [pod("cass-0", "shop", host_network=True)], NODE)
+                             [pod("cass-0", "shop", host_network=True)], NODE, owners())
     assert want == {}
     assert [p.reason for p in problems] == ["HostNetworkPod"]
 
@@ -74,10 +115,10 @@ def test_agent_desired_a_bad_status_shapes_nothing_of_that_policy_and_says_why()
     bad = bw_status(["cass-0"], client=80, storage=69)  # guarantees exceed the total
     nan = bw_status(["web-0"])
     nan["nodeMbit"] = "lots"
-    want, problems = desired([pol("a", "shop", bad), pol("b", "shop", nan),
-                              pol("c", "shop", bw_status(["db-0"]))],
+    want, problems = desired([pol("a", "shop", bad), pol("b", "shop", nan, target="web"),
+                              pol("c", "shop", bw_status(["db-0"]), target="db")],
                              [pod("cass-0", "shop"), pod("web-0", "shop", "10.0.0.6"),
-                              pod("db-0", "shop", "10.0.0.7")], NODE)
+                              pod("db-0", "shop", "10.0.0.7")], NODE, owners())
     assert list(want) == ["shop/db-0"]
     msgs = [p.message for p in problems]
     assert [p.reason for p in problems] == ["BadBandwidthStatus"] * 2
@@ -87,21 +128,84 @@ def test_agent_desired_a_bad_status_shapes_nothing_of_that_policy_and_says_why()
 def test_agent_desired_a_pod_named_by_two_policies_is_left_alone() -> None:
     want, problems = desired([pol("a", "shop", bw_status(["cass-0"])),
                               pol("b", "shop", bw_status(["cass-0"], client=10, storage=89))],
-                             [pod("cass-0", "shop")], NODE)
+                             [pod("cass-0", "shop")], NODE, owners())
     assert want == {}
     assert problems[0].reason == "PodContended" and "shop/a, shop/b" in problems[0].message
 
 
 def test_agent_desired_a_policy_being_deleted_or_without_bandwidth_shapes_nothing() -> None:
     gone = pol("a", "shop", bw_status(["cass-0"]), deletionTimestamp="2026-01-01T00:00:00Z")
-    assert desired([gone, pol("b", "shop", None)], [pod("cass-0", "shop")], NODE) == ({}, [])
+    assert shaped([gone, pol("b", "shop", None)], [pod("cass-0", "shop")]) == ([], [])
     # Recommend mode publishes the split and touches nothing, tc included
     recommend = pol("c", "shop", bw_status(["cass-0"]), mode="Recommend")
-    assert desired([recommend], [pod("cass-0", "shop")], NODE) == ({}, [])
-    assert list(desired([pol("c", "shop", bw_status(["cass-0"]))], [pod("cass-0", "shop")],
-                        NODE)[0]) == ["shop/cass-0"]
+    assert shaped([recommend], [pod("cass-0", "shop")]) == ([], [])
+    assert shaped([pol("c", "shop", bw_status(["cass-0"]))],
+                  [pod("cass-0", "shop")]) == (["shop/cass-0"], [])
     with pytest.raises(ValueError, match="clientPorts"):
         policy_pods(pol("c", "shop", {**bw_status(["x"]), "clientPorts": []}))
+
+
+# -- what a forged status cannot do (issue 35, finding 1) -------------------------------------
+def test_tenant_a_forged_status_naming_another_workloads_pod_shapes_nothing_of_it() -> None:
+    """The review's attack: the policy's status names web-0 (another StatefulSet's pod in the
+    same namespace): the name is in the status, but web-0's controller is not the target."""
+    pods = [pod("cass-0", "shop"), pod("web-0", "shop", "10.0.0.6")]
+    got, why = shaped([pol("orders", "shop", bw_status(["cass-0", "web-0"]))], pods)
+    assert got == ["shop/cass-0"] and why == ["NotTargetPod"], (got, why)
+    # a pod named like the target's but controlled by another StatefulSet (or by nothing)
+    fake = [pod("cass-1", "shop", owner="web"), {**pod("cass-2", "shop"), "metadata": {
+        "name": "cass-2", "namespace": "shop", "uid": "uid-cass-2"}}]
+    got, why = shaped([pol("orders", "shop", bw_status(["cass-1", "cass-2"]))], fake)
+    assert got == [] and why == ["NotTargetPod", "NotTargetPod"], (got, why)
+    # the same UID is what counts: a StatefulSet deleted and made again under the same name
+    again = owners(cass={**obj("cass"), "metadata": {**obj("cass")["metadata"],
+                                                      "uid": "uid-new"}})
+    assert shaped([pol("orders", "shop", bw_status(["cass-0"]))], pods[:1], again) == (
+        [], ["NotTargetPod"])
+
+
+def test_tenant_a_refused_target_is_never_shaped() -> None:
+    """The operator's guard, seen by the agent on the target object: not opted in, owned by
+    a controller, or not there; a target kind it cannot check."""
+    p = [pol("orders", "shop", bw_status(["cass-0"]))]
+    cass0 = [pod("cass-0", "shop")]
+    assert shaped(p, cass0, owners(cass=obj("cass", managed=False))) == ([], ["NotOptedIn"])
+    assert shaped(p, cass0, owners(cass=obj("cass", owner=("Deployment", "x")))) == (
+        [], ["OwnedByController"])
+    assert shaped(p, cass0, Owners({}, {})) == ([], ["TargetNotFound"])
+    assert shaped([pol("orders", "shop", bw_status(["cass-0"]), kind="Deployment")],
+                  cass0) == ([], ["TargetNotFound"])
+
+
+def test_tenant_a_split_outside_the_spec_shapes_nothing() -> None:
+    """A forged 0.002 Mbit/s (2 kbit/s) starves the store's own pods no more than the
+    operator could: each class keeps BwMan's floor; the link total and the ports are the
+    spec's."""
+    cass0 = [pod("cass-0", "shop")]
+    for bw, spec_mbit in ((bw_status(["cass-0"], client=0.002, storage=99), 100.0),
+                          (bw_status(["cass-0"], client=99, storage=0.002), 100.0),
+                          (bw_status(["cass-0"], total=1000.0), 100.0),
+                          ({**bw_status(["cass-0"]), "clientPorts": [22]}, 100.0),
+                          (bw_status(["cass-0"]), None)):
+        got, why = shaped([pol("orders", "shop", bw, node_mbit=spec_mbit)], cass0)
+        assert (got, why) == ([], ["SplitOutOfBounds"]), (bw, spec_mbit, got, why)
+    assert shaped([pol("orders", "shop", bw_status(["cass-0"], client=1.0, storage=0.5))],
+                  cass0) == (["shop/cass-0"], [])
+
+
+def test_tenant_a_datacenters_pods_are_those_of_the_statefulsets_it_controls() -> None:
+    """cass-operator's pods: controlled by <cluster>-<dc>-<rack>-sts, which the
+    CassandraDatacenter controls."""
+    ns = "shop"
+    dc = obj("dc1")
+    sts = [{"metadata": {"name": "c-dc1-r1-sts", "uid": "uid-c-dc1-r1-sts",
+                         "ownerReferences": ref("CassandraDatacenter", "dc1")}},
+           {"metadata": {"name": "web", "uid": "uid-web"}}]
+    own = Owners({(ns, "CassandraDatacenter", "dc1"): dc}, {ns: sts})
+    pods = [pod("c-dc1-r1-sts-0", ns), pod("web-0", ns, "10.0.0.6")]
+    got, why = shaped([pol("dc", ns, bw_status(["c-dc1-r1-sts-0", "web-0"]), target="dc1",
+                           kind="CassandraDatacenter")], pods, own)
+    assert got == ["shop/c-dc1-r1-sts-0"] and why == ["NotTargetPod"], (got, why)
 
 
 # -- the shaper on a real kernel ---------------------------------------------------------------

@@ -520,6 +520,12 @@ class FakeReader:
     def policies(self) -> list[dict[str, Any]]:
         return self.pol
 
+    def target(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        return None  # these policies are Recommend: asked for nothing
+
+    def statefulsets(self, namespace: str) -> list[dict[str, Any]]:
+        return []
+
 
 class NoLinks:
     """A netlink handle on a node with nothing to shape (no links, no qdiscs)."""

@@ -478,6 +478,25 @@ def test_bwman_status_bandwidth_goes_with_node_mbit(ms: ModelSet) -> None:
     assert rig.policies.status["lastDecision"]["generation"] == 2
 
 
+def test_tenant_a_refused_target_gets_no_split_published(ms: ModelSet) -> None:
+    """Issue 35, finding 1: an Enforce policy whose guard refuses its target publishes no
+    status.bandwidth (the agent would shape pods the operator may not touch), and takes
+    back one it published; opted in again, the split comes back."""
+    c = per_server(ms)
+    rig = Rig(ms, lambda t: 1.5 * c, spec_of(mode="Enforce", bandwidth={"nodeMbit": 40}))
+    rig.kube.managed = False
+    rig.run(5)
+    assert "bandwidth" not in rig.policies.status
+    assert rig.cond("Conflict")["reason"] == "NotOptedIn"
+    rig.kube.managed = True
+    rig.run(700)
+    assert len(rig.policies.status["bandwidth"]["pods"]) == 3
+    rig.kube.owner = "Deployment/other"
+    rig.tick_now()  # between periods too: the guard runs on every tick
+    assert "bandwidth" not in rig.policies.status, rig.policies.status.get("bandwidth")
+    assert rig.cond("Conflict")["reason"] == "OwnedByController"
+
+
 def test_bwman_models_without_regressions_publish_no_split(ms: ModelSet) -> None:
     c = per_server(ms)
     bare = ModelSet(ms.capacity, BandwidthModels(None, None))

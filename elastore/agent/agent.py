@@ -36,7 +36,15 @@ from elastore.actuators.tc import (
     PodShaper,
     ifb_name,
 )
-from elastore.agent.desired import PodTarget, Problem, desired
+from elastore.agent.desired import (
+    DATACENTER,
+    STATEFULSET,
+    Owners,
+    PodTarget,
+    Problem,
+    desired,
+    to_read,
+)
 from elastore.errors import ElastoreError
 from elastore.hubbub.probe import PodRef, Probe, Readings, probed_pods
 
@@ -49,6 +57,20 @@ class ApiReader(Protocol):
     def pods(self, node: str) -> list[dict[str, Any]]: ...
 
     def policies(self) -> list[dict[str, Any]]: ...
+
+    def target(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None: ...
+
+    def statefulsets(self, namespace: str) -> list[dict[str, Any]]: ...
+
+
+def read_owners(reader: ApiReader, policies: list[dict[str, Any]]) -> Owners:
+    """The targets of the policies that ask for shaping, and for a CassandraDatacenter the
+    StatefulSets of its namespace: what a pod's owner chain is checked against."""
+    keys = to_read(policies)
+    targets = {k: reader.target(*k) for k in keys}
+    statefulsets = {ns: reader.statefulsets(ns)
+                    for ns in dict.fromkeys(ns for ns, kind, _ in keys if kind == DATACENTER)}
+    return Owners(targets, statefulsets)
 
 
 class KubeReader:
@@ -65,6 +87,7 @@ class KubeReader:
             config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         api = client.ApiClient()
         self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.namespaces, self.timeout_s = namespaces, timeout_s
 
@@ -80,6 +103,33 @@ class KubeReader:
                      for p in core.list_namespaced_pod(ns, field_selector=sel,
                                                        _request_timeout=self.timeout_s).items]
         return [api.sanitize_for_serialization(p) for p in items]
+
+    def target(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        """The target object (None: not found, or its kind is not served here)."""
+        from kubernetes.client.exceptions import ApiException
+
+        from elastore.actuators.ports import CASSDC_API
+
+        try:
+            if kind == STATEFULSET:
+                apps: Any = self.apps
+                obj = apps.read_namespaced_stateful_set(name, namespace,
+                                                        _request_timeout=self.timeout_s)
+                return dict(apps.api_client.sanitize_for_serialization(obj))
+            custom: Any = self.custom
+            return dict(custom.get_namespaced_custom_object(
+                CASSDC_API[0], CASSDC_API[1], namespace, CASSDC_API[2], name,
+                _request_timeout=self.timeout_s))
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def statefulsets(self, namespace: str) -> list[dict[str, Any]]:
+        apps: Any = self.apps
+        items = apps.list_namespaced_stateful_set(namespace,
+                                                  _request_timeout=self.timeout_s).items
+        return [apps.api_client.sanitize_for_serialization(s) for s in items]
 
     def policies(self) -> list[dict[str, Any]]:
         from elastore.actuators.k8s import POLICY_API
@@ -137,6 +187,7 @@ class Agent:
         try:
             policies = self.reader.policies()
             pods = self.reader.pods(self.node)
+            owners = read_owners(self.reader, policies)
         except Exception as exc:
             rep.api_ok = False
             rep.problems.append(Problem("ApiUnreadable", f"the API could not be read "
@@ -148,7 +199,7 @@ class Agent:
                 self.probed = probed_pods(policies, pods, self.node)
             except Exception:  # the measurement never stands in the shaping's way
                 log.exception("choosing the pods to measure")
-        targets, rep.problems = desired(policies, pods, self.node)
+        targets, rep.problems = desired(policies, pods, self.node, owners)
         ipr = self.netlink()
         try:
             self._apply(PodShaper(ipr), targets, rep)

@@ -397,7 +397,9 @@ class ControlPeriod:
         spec, sts = t.spec, t.sts
         assert spec is not None and sts is not None
         plain = min(max(d.migration_mibps, spec.min_migration_mibps), spec.max_migration_mibps)
-        if spec.node_mbit is None:
+        if spec.node_mbit is None or t.blocked is not None:
+            # no link total, or Enforce's guard refused the target (not opted in, owned or
+            # scaled by another): nothing for the agent to shape (issue 35, finding 1)
             if t.status.get("bandwidth") is not None:
                 t.out["bandwidth"] = None
             return plain

@@ -304,6 +304,10 @@ class Runner:
         scale-out's new pod is shaped from the moment it is asked for, not a period later)."""
         if t.spec is None or t.sts is None or t.spec.node_mbit is None:
             return
+        if t.blocked is not None:  # the guard refused the target: no split is published
+            if t.status.get("bandwidth") is not None:
+                t.out["bandwidth"] = None
+            return
         new = bandwidth.with_pods(t.out.get("bandwidth", t.status.get("bandwidth")), t.pods())
         if new is not None:
             t.out["bandwidth"] = new

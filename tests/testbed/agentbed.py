@@ -97,6 +97,11 @@ class Bed:
 
     def set_split(self, pods: list[str], client: float, storage: float,
                   total: float = 100.0) -> None:
+        """Publish a split in the policy's status as the operator would, its spec's link
+        total set to ``total`` first (the agent shapes no split whose total is not the
+        spec's)."""
+        self.cp.kubectl("patch", "elasticpolicy", "orders", "-n", self.ns, "--type=merge",
+                        "-p", json.dumps({"spec": {"bandwidth": {"nodeMbit": total}}}))
         bw = {"nodeMbit": total, "source": "spec.bandwidth.nodeMbit",
               "policy": "PreferClients", "clientPorts": [9042], "storagePorts": [7000, 7001],
               "forecastRpsPerNode": 100.0, "clientMbit": client, "storageMbit": storage,
