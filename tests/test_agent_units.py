@@ -359,3 +359,103 @@ def test_agent_shaper_leaves_what_is_not_its_own(podnet: Any) -> None:
     finally:
         subprocess.run([*sh, "qdisc", "del", "dev", veth, "ingress"], check=False)
         ipr.close()
+
+
+# -- which devices (issue 35, finding 2) --------------------------------------------------------
+class Reader:
+    """The API as the agent reads it, from plain objects (the devices are real)."""
+
+    def __init__(self, policies: list[dict[str, Any]], pods: list[dict[str, Any]],
+                 own: Owners) -> None:
+        self.pol, self.pod, self.own = policies, pods, own
+
+    def pods(self, node: str) -> list[dict[str, Any]]:
+        return self.pod
+
+    def policies(self) -> list[dict[str, Any]]:
+        return self.pol
+
+    def target(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
+        return self.own.targets.get((namespace, kind, name))
+
+    def statefulsets(self, namespace: str) -> list[dict[str, Any]]:
+        return self.own.statefulsets.get(namespace, [])
+
+
+@pytest.mark.lab
+@pytest.mark.concurrent  # devices and tc trees read back: nothing is timed
+def test_hazard_the_agent_shapes_only_a_veth_that_carries_just_its_pod() -> None:
+    """One targeted pod per device, the norm with one Cassandra pod per node, on a real
+    kernel: a pod behind its own veth is shaped; one whose IP routes to a bridge (bridge
+    CNIs' cni0), to a veth that carries a whole subnet, or out by the node's default route
+    (ipvlan/macvlan's eth0) is not: shaping those would cap every pod there, or the node."""
+    from testbed.podnet import PodNet
+
+    from elastore.agent.agent import Agent, netlink_factory
+
+    net = PodNet(f"s{os.getpid() % 100000}")
+    try:
+        net.up()
+        net.add_pod("cass-0", "10.78.0.5")
+        for cmd in (["ip", "link", "add", "brt0", "type", "bridge"],
+                    ["ip", "link", "set", "brt0", "up"],
+                    ["ip", "route", "add", "10.78.1.0/24", "dev", "brt0"],
+                    ["ip", "link", "add", "vsub0", "type", "veth", "peer", "name", "vsub1"],
+                    ["ip", "link", "set", "vsub0", "up"], ["ip", "link", "set", "vsub1", "up"],
+                    ["ip", "route", "add", "10.78.2.0/24", "dev", "vsub0"],
+                    # the node's uplink as macvlan/ipvlan CNIs leave it (on a veth parent:
+                    # no physical device is touched)
+                    ["ip", "link", "add", "upl0", "link", "vsub1", "type", "macvlan", "mode",
+                     "bridge"],
+                    ["ip", "link", "set", "upl0", "up"],
+                    ["ip", "route", "add", "default", "dev", "upl0"]):
+            subprocess.run(["ip", "netns", "exec", net.host, *cmd], check=True)
+    except Exception as exc:
+        net.down()
+        pytest.fail(f"cannot build the node's devices in a namespace of this run: {exc}")
+    try:
+        ips = {"cass-0": "10.78.0.5", "cass-1": "10.78.1.5", "cass-2": "10.78.2.5",
+               "cass-3": "10.78.3.5"}
+        reader = Reader([pol("orders", "shop", bw_status(list(ips)))],
+                        [pod(n, "shop", ip) for n, ip in ips.items()], owners())
+        agent = Agent(reader, netlink_factory(net.host), NODE)
+        rep = agent.reconcile()
+        assert list(rep.shaped) == ["shop/cass-0"], (rep.shaped, rep.problems)
+        why = {p.message.split(":")[0]: p.message for p in rep.problems
+               if p.reason == "InterfaceShared"}
+        assert set(why) == {"pod shop/cass-1", "pod shop/cass-2", "pod shop/cass-3"}, \
+            rep.problems
+        assert "brt0 is a bridge device" in why["pod shop/cass-1"]
+        assert "vsub0 carries 10.78.2.0/24" in why["pod shop/cass-2"]
+        assert "upl0 is a macvlan device" in why["pod shop/cass-3"]
+        ipr = _ns(net)
+        try:
+            inv = PodShaper(ipr).inventory()
+        finally:
+            ipr.close()
+        shaped_names = {inv.names[i] for i in inv.interfaces()}
+        assert shaped_names == {net.pods["cass-0"][2]}, shaped_names
+        # the default route on a veth is refused too, as is a veth with a second pod's route
+        for cmd in (["ip", "route", "replace", "default", "dev", "vsub0"],
+                    ["ip", "route", "add", "10.78.0.6/32", "dev", net.pods["cass-0"][2]]):
+            subprocess.run(["ip", "netns", "exec", net.host, *cmd], check=True)
+        ipr = _ns(net)
+        try:
+            sh = PodShaper(ipr)
+            veth0 = sh.route_interface("10.78.0.5")
+            assert veth0 is not None
+            assert "carries 10.78.0.6/32" in str(sh.not_dedicated(veth0, "10.78.0.5"))
+            vsub = sh.route_interface("10.78.3.5")
+            assert vsub is not None
+            assert "default route" in str(sh.not_dedicated(vsub, "10.78.3.5"))
+        finally:
+            ipr.close()
+        rep = agent.reconcile()  # cass-0's veth now carries another address: unshaped
+        assert rep.shaped == {} and agent.last is not None
+        ipr = _ns(net)
+        try:
+            assert PodShaper(ipr).inventory().counts()["qdiscs"] == 0
+        finally:
+            ipr.close()
+    finally:
+        net.down()

@@ -483,6 +483,40 @@ class PodShaper:
                 return int(oif)
         return None
 
+    def not_dedicated(self, idx: int, ip: str) -> str | None:
+        """Why interface ``idx`` is not the host end of ``ip``'s own veth (None: it is).
+
+        Shaping a device caps everything that crosses it, so only a veth whose routes all
+        lead to this one pod qualifies: the device is a veth, and every route of the main
+        table through it is the pod's own host route (``<ip>/32`` or ``/128``) or IPv6's
+        link-local ``fe80::/64``. A bridge (``cni0``: bridge CNIs), the node's uplink
+        (``eth0`` with ipvlan or macvlan, or a default route), or a veth that carries a
+        subnet is refused, whatever pods the API says are targeted (issue 35)."""
+        links = self.ipr.get_links(idx)
+        if not links:
+            return f"interface {idx} is gone"
+        link = links[0]
+        name = str(link.get_attr("IFLA_IFNAME"))
+        info = link.get_attr("IFLA_LINKINFO")
+        kind = info.get_attr("IFLA_INFO_KIND") if info is not None else None
+        if kind != "veth":
+            return f"{name} is a {kind or 'physical or unknown'} device, not a pod's veth"
+        pod = ipaddress.ip_address(ip)
+        for family in (socket.AF_INET, socket.AF_INET6):
+            for r in self.ipr.get_routes(family=family, table=254):
+                if r.get_attr("RTA_OIF") != idx:
+                    continue
+                dst, plen = r.get_attr("RTA_DST"), int(r["dst_len"])
+                if plen == 0:
+                    return f"{name} carries the node's default route"
+                net = ipaddress.ip_network(f"{dst}/{plen}", strict=False)
+                if net.prefixlen == net.max_prefixlen and net.network_address == pod:
+                    continue
+                if net == ipaddress.ip_network("fe80::/64"):
+                    continue
+                return f"{name} carries {net}, not only the pod's {ip}"
+        return None
+
     def inventory(self) -> Inventory:
         inv = Inventory()
         for link in self.ipr.get_links():

@@ -219,6 +219,11 @@ class Agent:
             elif name == "lo" or name.startswith(IFB_PREFIX):
                 rep.problems.append(Problem("NoRoute", f"pod {t.key}: {t.ip} routes via "
                                             f"{name}, not a pod interface"))
+            elif (why := shaper.not_dedicated(idx, t.ip)) is not None:
+                # a bridge, the uplink or a veth carrying more than this pod: shaping it
+                # would cap other pods, or the node itself
+                rep.problems.append(Problem("InterfaceShared", f"pod {t.key}: {why}: not "
+                                            "shaped (needs a routed CNI, one veth per pod)"))
             else:
                 by_if.setdefault(idx, []).append(t)
         keep: set[int] = set()
