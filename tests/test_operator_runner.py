@@ -823,3 +823,61 @@ def test_forged_step_further_along_waits_for_the_store(ms: ModelSet) -> None:
     rig.run(rig.t + 120, stop=lambda: rig.policies.status.get("operation") is None)
     assert rig.kube.spec_replicas == 2 and rig.kube.violations == []
     assert rig.cond("Conflict")["status"] == "False"
+
+
+def _long_period_rig(ms: ModelSet, outage_from_s: float | None) -> Rig:
+    """30-minute control periods; the load falls at 20 min, so the decision at 60 min plans
+    the scale-ins for later in its period; Prometheus answers nothing from ``outage_from_s``
+    on (a load of NaN: the source raises MetricsError)."""
+    import math
+
+    c = per_server(ms)
+
+    def load(t: float) -> float:
+        if outage_from_s is not None and t >= outage_from_s:
+            return math.nan
+        return 4.6 * c if t < 1200 else 2.5 * c
+
+    return Rig(ms, load, start_s=-7200, spec_patch={
+        "controlPeriod": "30m",
+        "prediction": {"method": "persistence", "horizon": "30m", "step": "60s"}})
+
+
+def test_hazard_a_stale_plan_never_scales_in_during_an_outage(ms: ModelSet) -> None:
+    """Issue 35, finding 3: between control periods the plan in the status was carried out
+    without a look at the metrics; with 30-minute periods and Prometheus down from 100 s
+    after a decision, a decommission went out 29 minutes into the outage. A scale-in now
+    starts only on a decision younger than staleAfter (120 s): when one falls due on an
+    older plan the operator decides again, and with Prometheus down it holds."""
+    rig = _long_period_rig(ms, outage_from_s=3700.0)
+    rig.run(4 * 3600)
+    assert rig.calls("decommission") == [], rig.calls("decommission")
+    assert rig.kube.spec_replicas == 5
+    down = rig.cond("ScalingDown")
+    assert down["reason"] == "NoEvidence", down
+    # the same run without the outage: the scale-ins happen, each on a fresh decision
+    rig = _long_period_rig(ms, outage_from_s=None)
+    ages: list[float] = []
+    seen = 0
+    while rig.t < 4 * 3600:
+        rig.run(rig.t + 5)
+        if len(rig.calls("decommission")) > seen:
+            seen = len(rig.calls("decommission"))
+            ages.append(rig.kube.now_s - float(rig.policies.status["lastDecision"]["epoch"]))
+    assert rig.kube.spec_replicas == 3 and len(ages) == 2, (rig.kube.spec_replicas, ages)
+    assert all(a <= 120 for a in ages), ages
+
+
+def test_hazard_the_fresh_decision_gate() -> None:
+    from elastore.planner.admission import Facts, Intent, admit
+
+    scale_in, scale_out = Intent("ScaleIn", 3, 4), Intent("ScaleOut", 5, 4)
+    old = Facts(enforce=True, decision_age_s=700.0, stale_after_s=120.0)
+    held = admit(scale_in, old)
+    assert held is not None and held.reason == "StaleDecision" and "700 s ago" in held.message
+    assert admit(scale_out, old) is None  # a scale-out on an old plan adds capacity only
+    assert admit(Intent("ScaleIn", 3, 4, user_named=True), old) is None  # paused-replicas
+    assert admit(scale_in, Facts(enforce=True, decision_age_s=60.0, stale_after_s=120.0)) \
+        is None
+    unknown = admit(scale_in, Facts(enforce=True, decision_age_s=None, stale_after_s=120.0))
+    assert unknown is not None and unknown.reason == "StaleDecision"

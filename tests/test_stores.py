@@ -113,7 +113,10 @@ OUT, IN = Intent("ScaleOut", 5, 4), Intent("ScaleIn", 3, 4)
 
 
 def _held(intent: Intent, **facts: Any) -> str | None:
-    got = admission.admit(intent, Facts(**{"enforce": True, **facts}))
+    """The gate that holds ``intent``; the facts not given are those of a step every gate
+    lets through (a decision of a minute ago, staleAfter 2 minutes)."""
+    got = admission.admit(intent, Facts(**{"enforce": True, "decision_age_s": 60.0,
+                                           "stale_after_s": 120.0, **facts}))
     return None if got is None else got.reason
 
 
@@ -131,6 +134,9 @@ def _held(intent: Intent, **facts: Any) -> str | None:
     (OUT, {"partial_metrics": ("MetricsPartial", "2 of 3")}, None),  # adds never hurt
     (IN, {"learning": "confidence 0.2"}, "ModelLearning"),
     (OUT, {"learning": "confidence 0.2"}, None),
+    (IN, {"decision_age_s": 700.0}, "StaleDecision"),
+    (IN, {"decision_age_s": None}, "StaleDecision"),
+    (OUT, {"decision_age_s": 700.0}, None),  # an old plan's scale-out only adds capacity
 ])
 def test_each_gate_holds_what_it_says(intent: Intent, facts: dict[str, Any],
                                       reason: str | None) -> None:
@@ -140,6 +146,7 @@ def test_each_gate_holds_what_it_says(intent: Intent, facts: dict[str, Any],
 def test_the_first_gate_in_order_is_the_one_reported() -> None:
     everything = {"enforce": False, "paused": True, "evidence": False,
                   "behavior_limit": "x", "conflict": ("Drift", "y"), "aborting": "z",
+                  "decision_age_s": 700.0,
                   "partial_metrics": ("MetricsPartial", "p"), "learning": "l"}
     order = []
     facts = dict(everything)
@@ -152,17 +159,19 @@ def test_the_first_gate_in_order_is_the_one_reported() -> None:
                              "evidence": {"evidence": True},
                              "behavior": {"behavior_limit": None},
                              "conflict": {"conflict": None}, "abort": {"aborting": None},
+                             "fresh decision": {"decision_age_s": 60.0},
                              "partial metrics": {"partial_metrics": None},
                              "learning": {"learning": None}}[name]}
     assert order == ["Recommend", "Paused", "NoEvidence", "BehaviorLimit", "Drift", "Aborted",
-                     "MetricsPartial", "ModelLearning"]
+                     "StaleDecision", "MetricsPartial", "ModelLearning"]
     assert _held(IN, **facts) is None
 
 
 def test_a_size_the_user_named_passes_the_plans_gates_but_not_safety() -> None:
     user = replace(IN, user_named=True)
     for facts in ({"paused": True}, {"evidence": False}, {"behavior_limit": "x"},
-                  {"partial_metrics": ("MetricsPartial", "p")}, {"learning": "l"}):
+                  {"partial_metrics": ("MetricsPartial", "p")}, {"learning": "l"},
+                  {"decision_age_s": 700.0}):
         assert _held(user, **facts) is None, facts
     assert _held(user, conflict=("StatusRejected", "forged")) == "StatusRejected"
     assert _held(user, aborting="abort") == "Aborted"

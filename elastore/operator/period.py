@@ -88,7 +88,7 @@ class ControlPeriod:
         # is never called healthy on the strength of an observation that failed
         due = last.get("epoch") is None or not t.evidence or \
             t.now - float(last["epoch"]) >= spec.control_period_s - 0.5 or \
-            last.get("generation") != t.gen
+            last.get("generation") != t.gen or self._stale_scale_in(t, float(last["epoch"]))
         if not due:
             return None
         t.period = True
@@ -117,6 +117,17 @@ class ControlPeriod:
             self._backtest_gauges(t, decision, snap)
         t.stream_mibps = self._bandwidth(t, decision, snap)
         return None
+
+    @staticmethod
+    def _stale_scale_in(t: Tick, decided_s: float) -> bool:
+        """A scale-in of the plan falls due on a decision older than ``staleAfter``: decide
+        again now, on fresh metrics (the scale-in then rests on them, or on nothing)."""
+        spec, sts = t.spec, t.sts
+        assert spec is not None and sts is not None
+        if t.now - decided_s <= spec.stale_after_s:
+            return False
+        return policyloop.target_at(t.memory.actions, t.now, sts.spec_replicas) < \
+            sts.spec_replicas
 
     def _no_decision(self, t: Tick, exc: ElastoreError) -> tuple[float, tuple[str, str]]:
         assert t.spec is not None

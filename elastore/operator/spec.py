@@ -263,6 +263,13 @@ class PolicySpec:
     fallback_behavior: str = "freeze"
 
     @property
+    def stale_after_s(self) -> float:
+        """How old metrics (and so a decision made on them) may be: a scale-in starts only
+        on a decision younger than this (``spec.metrics.prometheus.staleAfter``)."""
+        return self.prometheus.stale_after_s if self.prometheus is not None else \
+            Prometheus.stale_after_s
+
+    @property
     def enforce(self) -> bool:
         return self.mode == "Enforce"
 

@@ -136,7 +136,8 @@ def start_step(r: Runner, t: Tick) -> bool:
         conflict=t.blocked, aborting=r.aborting(t),
         partial_metrics=r.partial(t) if kind == "ScaleIn" and not user else None,
         learning=calibration.learning_hold(t.calibration, t.out.get("model") or t.status.get(
-            "model")) if kind == "ScaleIn" and not user else None))
+            "model")) if kind == "ScaleIn" and not user else None,
+        decision_age_s=decision_age(t, now), stale_after_s=spec.stale_after_s))
     if held is not None:
         t.cond(ctype, False, held.reason, held.message)
     elif (store_held := t.driver.holds(r.store_call(t), kind, step_to)) is not None:
@@ -150,6 +151,18 @@ def start_step(r: Runner, t: Tick) -> bool:
         return True
     t.cond("Ready", True, "Ready", f"{sts.spec_replicas} replicas; mode {spec.mode}")
     return False
+
+def decision_age(t: Tick, now: float) -> float | None:
+    """Seconds since the decision whose plan this tick carries out (this tick's, else the
+    status's); None when no successful one is on record."""
+    last = t.out.get("lastDecision") or t.status.get("lastDecision") or {}
+    if not last.get("ok") or last.get("epoch") is None:
+        return None
+    try:
+        return max(0.0, now - float(last["epoch"]))
+    except (TypeError, ValueError):
+        return None
+
 
 def begin(r: Runner, t: Tick, kind: Literal["ScaleOut", "ScaleIn"], step_to: int | None
            ) -> None:

@@ -21,6 +21,8 @@ evidence            the last observation failed, unless the fallback lets the la
 behavior            ``spec.behavior``'s policies allow no more change now
 conflict            something else owns or scales the target, or the status is forged
 abort               ``elastore.io/abort`` is on the policy
+fresh decision      a scale-in on a plan older than ``staleAfter`` (made on metrics that
+                    old: between control periods the plan is carried out unobserved)
 partial metrics     a scale-in while fewer nodes report than are ready
 learning            a scale-in while the learned capacity model is not yet confident
 ==================  ================================================================
@@ -69,6 +71,10 @@ class Facts:
     partial_metrics: tuple[str, str] | None = None
     #: why the learned capacity model holds a scale-in
     learning: str | None = None
+    #: seconds since the decision whose plan is being carried out (None: unknown), and how
+    #: old it may be for a scale-in (``spec.metrics.prometheus.staleAfter``)
+    decision_age_s: float | None = None
+    stale_after_s: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,22 @@ def _abort(i: Intent, f: Facts) -> Held | None:
     return None if f.aborting is None else Held("Aborted", f"no step starts: {f.aborting}")
 
 
+def _fresh(i: Intent, f: Facts) -> Held | None:
+    """A node is removed only on what the metrics said lately: with a long control period
+    and Prometheus gone, the plan in the status would otherwise decommission a node on
+    metrics of half an hour ago (issue 35)."""
+    if i.kind != "ScaleIn" or i.user_named:
+        return None
+    if f.decision_age_s is None:
+        return Held("StaleDecision", "no decision of known age backs the scale-in")
+    if f.decision_age_s > f.stale_after_s:
+        return Held("StaleDecision", f"the plan wants {i.wanted} replicas but was made "
+                                     f"{f.decision_age_s:.0f} s ago, on metrics older than "
+                                     f"staleAfter ({f.stale_after_s:.0f} s): a scale-in "
+                                     "starts only on a fresh decision")
+    return None
+
+
 def _partial(i: Intent, f: Facts) -> Held | None:
     if i.kind == "ScaleIn" and not i.user_named and f.partial_metrics is not None:
         return Held(*f.partial_metrics)
@@ -139,6 +161,7 @@ GATES: tuple[tuple[str, Gate], ...] = (
     ("behavior", _behavior),
     ("conflict", _conflict),
     ("abort", _abort),
+    ("fresh decision", _fresh),
     ("partial metrics", _partial),
     ("learning", _learning),
 )
