@@ -881,3 +881,63 @@ def test_hazard_the_fresh_decision_gate() -> None:
         is None
     unknown = admit(scale_in, Facts(enforce=True, decision_age_s=None, stale_after_s=120.0))
     assert unknown is not None and unknown.reason == "StaleDecision"
+
+
+def test_hazard_huge_data_is_a_clear_condition_not_a_crash_every_tick(ms: ModelSet) -> None:
+    """Issue 35, finding 4: dataBytes of 1e18 made every tick an InternalError ('year 13706
+    is out of range'); 3 volumes of 100 GiB cannot hold it: MetricsImplausible, no decision,
+    no step, and the loop goes on."""
+    rig = Rig(ms, day(ms))
+    rig.metrics.data_bytes = lambda: 1e18
+    rig.run(600)
+    deg = rig.cond("Degraded")
+    assert deg["reason"] == "MetricsImplausible" and "3 volumes of 100 GiB" in deg["message"]
+    assert not [r for r, _, _ in rig.policies.events if r == "InternalError"]
+    assert rig.calls("decommission") == [] and rig.kube.spec_replicas == 3
+    rig.metrics.data_bytes = lambda: 9 * GIB  # the exporter mended: decisions again
+    rig.run(1200)
+    assert rig.cond("Degraded")["reason"] == "Healthy"
+
+
+def test_hazard_a_huge_load_sample_is_a_gap_not_a_reason_for_max(ms: ModelSet) -> None:
+    """One 1e300 sample in the load's history set desired to replicas.max; it is now a gap,
+    said in an Event, and the forecast follows the rest (as it does without the sample)."""
+    base = day(ms)
+
+    def spiked(t: float) -> float:  # five steps of samples, a day-season (24 steps) back
+        return 1e300 if -1500 <= t < -1200 else base(t)
+
+    # seasonal-naive-24 forecasts from the sample 24 steps back: the one that is 1e300
+    rigs = {name: Rig(ms, load, start_s=-7200, spec_patch={
+        "prediction": {"method": "seasonal-naive-24", "horizon": "60s", "step": "60s"}})
+        for name, load in (("clean", base), ("spiked", spiked))}
+    for rig in rigs.values():
+        rig.run(240)
+    clean, spiked_ = (rigs[n].policies.status for n in ("clean", "spiked"))
+    assert spiked_["desiredReplicas"] == clean["desiredReplicas"] < 8, (
+        spiked_["desiredReplicas"], clean["desiredReplicas"])
+    said = [m for r, m, _ in rigs["spiked"].policies.events if r == "MetricsImplausible"]
+    assert said and "read as gaps" in said[0], said
+    # the load now above the ceiling: no decision at all
+    rig = Rig(ms, lambda t: 1e12)
+    rig.run(60)
+    assert rig.cond("Degraded")["reason"] == "MetricsImplausible"
+    assert rig.kube.spec_replicas == 3
+
+
+def test_hazard_deadlines_are_capped_and_any_time_shows() -> None:
+    """At 1 MiB/s, 2e15 bytes gave a deadline 30 years away; a forged status's time could
+    not be shown at all. A step's deadline is at most 30 days away, and a time outside the
+    calendar shows clamped."""
+    from elastore.operator.conditions import iso
+    from elastore.stores import operation
+
+    op = operation.start("ScaleIn", "db", 4, 1000.0, 2e15 / 2**20)
+    assert op.deadline_s is not None and op.deadline_s - 1000.0 == operation.MAX_DEADLINE_S
+    assert op.expected_end_s - 1000.0 <= operation.MAX_DEADLINE_S
+    assert operation.deadline(0.0, float("inf")) == operation.MAX_DEADLINE_S
+    assert operation.deadline(0.0, 60.0) == 2 * 60 + operation.DEADLINE_MARGIN_S
+    assert iso(1e18) == "9999-12-31T23:59:59Z" and iso(-1e18) == "0001-01-01T00:00:00Z"
+    assert iso(float("nan")) == "9999-12-31T23:59:59Z"
+    forged = operation.OperationState.from_status({**op.to_status(), "deadlineEpoch": 1e18})
+    assert forged.to_status()["deadline"] == "9999-12-31T23:59:59Z"

@@ -6,11 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 
+#: the calendar's ends, epoch seconds (0001-01-01 and 9999-12-31T23:59:59 UTC): a time
+#: outside them (a forged or absurd status) is shown clamped, never a crash
+ISO_MIN_S, ISO_MAX_S = -62135596800.0, 253402300799.0
+
+
 def iso(epoch_s: float) -> str:
     """Epoch seconds as the status shows times (RFC 3339, UTC, whole seconds)."""
     from datetime import UTC, datetime
 
-    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    t = ISO_MAX_S if epoch_s != epoch_s else min(max(epoch_s, ISO_MIN_S), ISO_MAX_S)
+    d = datetime.fromtimestamp(t, UTC)
+    return f"{d.year:04d}-{d:%m-%dT%H:%M:%S}Z"
 
 
 CONDITIONS = ("Ready", "Forecasting", "ScalingUp", "ScalingDown", "Throttling", "Degraded",

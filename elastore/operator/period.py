@@ -25,7 +25,7 @@ from elastore.hubbub.effect import InterferenceEffect
 from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
-from elastore.operator import bandwidth, calibration, controls, policyloop
+from elastore.operator import bandwidth, calibration, controls, plausible, policyloop
 from elastore.operator.conditions import condition, iso
 from elastore.operator.metrics import MetricsSource, Snapshot
 from elastore.operator.policyapi import PolicyStore
@@ -193,6 +193,14 @@ class ControlPeriod:
             held = t.driver.data_bytes(self.s.kube, self.s.namespace, spec, replicas)
             if held is not None:
                 snap = replace(snap, data_bytes=held)
+        sizes = t.sts if t is not None else None
+        snap, dropped = plausible.bounded(
+            snap, max(replicas, sizes.replicas) if sizes is not None else replicas,
+            sizes.volume_bytes if sizes is not None else None)
+        if dropped and t is not None:
+            self.s.policies.event(t.body, "MetricsImplausible", f"{dropped} sample(s) of the "
+                                  f"load history above {plausible.MAX_RPS:.0e} requests/s "
+                                  "(or below 0) read as gaps, not as load", warning=True)
         reading = hubbub.read(spec, lambda: source.scalar("interference", now))
         models = self.s.models(spec)
         learner = hubbub.learner_from_status(status)

@@ -29,6 +29,7 @@ does not match, or a scale-in below ``max(replicas.min, replicationFactor)``
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -40,6 +41,10 @@ from elastore.operator.conditions import iso
 #: DEADLINE_MARGIN_S (pods scheduling, JVMs starting, a slow first stream)
 DEADLINE_FACTOR = 2.0
 DEADLINE_MARGIN_S = 900.0
+#: no step is given longer than this (30 days): a migration-time model fed an absurd size or
+#: rate would otherwise set a deadline decades away (or past the calendar's end), and the
+#: step would never be called Stuck
+MAX_DEADLINE_S = 30 * 86400.0
 
 
 def expected_seconds(kind: str, replicas: int, data_bytes: float | None, mibps: float,
@@ -140,11 +145,22 @@ def start(kind: Literal["ScaleOut", "ScaleIn"], sts: str, current: int, now_s: f
         ordinal, to = current - 1, current - 1
         phase = "Draining" if store == "swift" else "Decommissioning"
     pod = f"{sts}-{ordinal}"
-    return OperationState(kind, current, to, pod, phase, now_s, now_s, now_s + expected_s,
-                          message="started",
+    return OperationState(kind, current, to, pod, phase, now_s, now_s,
+                          now_s + capped(expected_s), message="started",
                           pvc=f"{pvc_template}-{pod}" if pvc_template else None,
-                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S,
-                          id=new_id())
+                          deadline_s=deadline(now_s, expected_s), id=new_id())
+
+
+def capped(expected_s: float) -> float:
+    """An expected duration, at most :data:`MAX_DEADLINE_S` (an infinite one too)."""
+    return min(expected_s, MAX_DEADLINE_S) if math.isfinite(expected_s) else MAX_DEADLINE_S
+
+
+def deadline(now_s: float, expected_s: float) -> float:
+    """When a step expected to take ``expected_s`` from ``now_s`` is Stuck: ``DEADLINE_FACTOR``
+    times that plus ``DEADLINE_MARGIN_S``, never more than :data:`MAX_DEADLINE_S` away."""
+    return now_s + min(DEADLINE_FACTOR * capped(expected_s) + DEADLINE_MARGIN_S,
+                       MAX_DEADLINE_S)
 
 
 def new_id() -> str:

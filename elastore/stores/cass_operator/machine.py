@@ -32,10 +32,10 @@ from typing import Any, Literal
 from elastore.actuators.ports import DatacenterFacts
 from elastore.errors import ElastoreError
 from elastore.stores.operation import (
-    DEADLINE_FACTOR,
-    DEADLINE_MARGIN_S,
     OperationState,
     below_floor,
+    capped,
+    deadline,
     expected_seconds,
     held,
     new_id,
@@ -131,9 +131,8 @@ def start(kind: Literal["ScaleOut", "ScaleIn"], dc: str, current: int, to: int, 
     if (kind == "ScaleOut") != (to > current) or to < 1:
         raise ElastoreError(f"{kind} from {current} to {to} is not one")
     return OperationState(kind, current, to, subject(dc), "Resizing", now_s, now_s,
-                          now_s + expected_s, message="started",
-                          deadline_s=now_s + DEADLINE_FACTOR * expected_s + DEADLINE_MARGIN_S,
-                          id=new_id())
+                          now_s + capped(expected_s), message="started",
+                          deadline_s=deadline(now_s, expected_s), id=new_id())
 
 
 def check_identity(op: OperationState, dc: str, racks: int, floor: int = 1) -> None:

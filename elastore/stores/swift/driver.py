@@ -216,9 +216,8 @@ class SwiftDriver(StatefulSetPods):
                f"{mibps:g} MiB/s: expected {secs:.0f} s")
         call.event("RingChanged", msg[:1000], False)
         now = max(call.now, call.clock())
-        deadline = now + operation.DEADLINE_FACTOR * secs + operation.DEADLINE_MARGIN_S
-        return replace(op, message=msg, expected_end_s=now + secs,
-                       deadline_s=max(op.deadline_s or 0.0, deadline))
+        return replace(op, message=msg, expected_end_s=now + operation.capped(secs),
+                       deadline_s=max(op.deadline_s or 0.0, operation.deadline(now, secs)))
 
     def stopped(self, call: StoreCall, op: OperationState) -> None:
         return None
