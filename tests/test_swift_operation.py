@@ -92,6 +92,26 @@ def test_scale_in_drains_then_removes_then_lowers_replicas() -> None:
     assert done and "retained" in op.message and eff == "none"
 
 
+def test_hazard_a_pod_back_at_a_new_ip_has_its_device_readdressed() -> None:
+    """Issue 35, finding 5: the rings hold the pod's device at its old address (found by
+    the pod's name): in every phase with a device the step readdresses it before anything
+    else, and never adds a second. A scale-in whose pod has no device while the rings hold
+    devices at addresses no pod has waits instead of lowering the replicas."""
+    joining = replace(out_op(), phase="Joining")
+    moved = facts(spec_replicas=4, weight=100.0, partitions=128, device_ip="10.0.0.4")
+    op, eff, done = advance(joining, moved, 1001)
+    assert (op.phase, eff, done) == ("Joining", "ring-readdress", False)
+    assert "10.0.0.4" in op.message and "10.0.0.9" in op.message
+    draining = in_op()
+    op, eff, _ = advance(draining, replace(moved, weight=0.0, partitions=0), 1002)
+    assert (op.phase, eff) == ("Draining", "ring-readdress")
+    # no device for the pod, one at an address no pod has: no blind scale-down
+    lost = facts(spec_replicas=4, weight=None, partitions=None, unknown_ips=("10.0.0.4",))
+    op, eff, _ = advance(draining, lost, 1003)
+    assert (op.phase, eff) == ("Draining", "none") and "10.0.0.4" in op.message
+    assert advance(draining, replace(lost, unknown_ips=()), 1004)[1] == "scale"
+
+
 def test_drift_and_a_vanished_pod_touch_nothing() -> None:
     op = in_op()
     # someone scaled the StatefulSet while it drains: touch nothing

@@ -122,3 +122,44 @@ def test_ring_files_change_in_one_process_and_keep_their_form(tmp_path: Path) ->
         rings.change([], limit_bytes=1000)
     with pytest.raises(ElastoreError, match="for object; found"):
         RingFiles({k: v for k, v in files.items() if k != "object.ring.gz"})
+
+
+@pytest.mark.lab
+@pytest.mark.concurrent  # ring files only: nothing is timed
+def test_hazard_a_pod_back_at_a_new_ip_keeps_its_one_device(tmp_path: Path) -> None:
+    """Issue 35, finding 5, on Debian's real Swift: a pod restarted during its scale-out
+    came back at a new IP, and the next 'add' gave it a second device while the first kept
+    its weight and partitions. The device is now found by the pod's name (its ``meta``) and
+    moved to the new address with its partitions; every op finds it so."""
+    from elastore.actuators.swiftring import KINDS, RingFiles, RingMaster
+
+    master = RingMaster(tmp_path / "m")
+    master.create(6, 2)
+    master.add_all([(n, f"10.0.0.{n}", "d1", 100.0) for n in (1, 2, 3)])
+    master.rebalance()
+    files = {f"{k}.builder": (master.path / f"{k}.builder").read_bytes() for k in KINDS}
+    files.update({f"{k}.ring.gz": (master.path / f"{k}.ring.gz").read_bytes() for k in KINDS})
+    rings = RingFiles(files)
+    assert rings.pod_devices() == {}  # devices the operator did not add name no pod
+
+    def op(kind: str, ip: str, weight: float = 100) -> dict[str, object]:
+        return {"op": kind, "ip": ip, "device": "d1", "zone": 4, "weight": weight,
+                "pod": "store-3"}
+
+    added, _ = rings.change([op("add", "10.0.0.4")])
+    assert added.pod_devices() == {"store-3": ("10.0.0.4/d1", 100.0, 32)}
+    back, done = added.change([op("add", "10.0.0.9")])  # the pod's new address
+    table = back.table()
+    assert "10.0.0.4/d1" not in table and table["10.0.0.9/d1"] == (100.0, 32), table
+    assert len(table) == 4 and back.pod_devices()["store-3"][0] == "10.0.0.9/d1"
+    assert all(r.reassigned == 0 for r in done)  # its partitions stayed with it
+    assert {d for ds in back.assignment("object").values() for d in ds} == {
+        "10.0.0.1/d1", "10.0.0.2/d1", "10.0.0.3/d1", "10.0.0.9/d1"}
+    # readdress alone, and a drain from the newer address, find it by its pod
+    moved, _ = added.change([op("readdress", "10.0.0.7")])
+    assert moved.pod_devices()["store-3"] == ("10.0.0.7/d1", 100.0, 32)
+    drained, _ = back.change([op("weight", "10.0.0.11", weight=0)])
+    assert drained.pod_devices()["store-3"] == ("10.0.0.11/d1", 0.0, 0)
+    # a device of someone else already at the new address: refused, nothing changed
+    with pytest.raises(ElastoreError, match=r"another device is at 10\.0\.0\.2"):
+        added.change([op("add", "10.0.0.2")])

@@ -35,6 +35,8 @@ from elastore.errors import ElastoreError
 KINDS = ("account", "container", "object")
 PORTS = {"object": 6200, "container": 6201, "account": 6202}
 SWIFT_PYTHON = "/usr/bin/python3"
+#: a device's ``meta`` when the operator added it for a pod (swift_ringtool.py writes it)
+POD_META = "elastore-pod="
 RING_BUILDER = "/usr/bin/swift-ring-builder"
 DATA_DIRS = {"object": "objects", "container": "containers", "account": "accounts"}
 
@@ -367,6 +369,32 @@ class RingFiles:
             with tempfile.TemporaryDirectory(prefix="elastore-rings-") as tmp:
                 _READ[key] = self._materialise(Path(tmp)).table(kind)
         out: dict[str, tuple[float, int]] = _READ[key]
+        return out
+
+    def pod_devices(self, kind: str = "object") -> dict[str, tuple[str, float, int]]:
+        """pod -> ("ip/device", weight, partitions) of every device the operator added for a
+        pod (its ``meta`` names it: ``elastore-pod=<pod>``), whatever its address now."""
+        key = ("pods", kind, _md5(self.builder_bytes(kind)))
+        if key not in _READ:
+            with tempfile.TemporaryDirectory(prefix="elastore-rings-") as tmp:
+                path = Path(tmp) / f"{kind}.builder"
+                path.write_bytes(self.builder_bytes(kind))
+                tool = Path(__file__).with_name("swift_ringtool.py")
+                res = subprocess.run([SWIFT_PYTHON, str(tool), "--devices", str(path)],
+                                     capture_output=True, text=True, timeout=120, check=False)
+            if res.returncode != 0:
+                raise ElastoreError(f"reading the {kind} builder's devices: "
+                                    f"{(res.stderr or res.stdout).strip()[-800:]}")
+            try:
+                devs = json.loads(res.stdout)
+                _READ[key] = {
+                    str(d["meta"])[len(POD_META):]: (f"{d['ip']}/{d['device']}",
+                                                      float(d["weight"]), int(d["parts"]))
+                    for d in devs if str(d.get("meta", "")).startswith(POD_META)}
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ElastoreError(f"unreadable ring tool output: {res.stdout[-400:]!r}"
+                                    ) from exc
+        out: dict[str, tuple[str, float, int]] = _READ[key]
         return out
 
     def replicas(self) -> float:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 #: the calendar's ends, epoch seconds (0001-01-01 and 9999-12-31T23:59:59 UTC): a time
 #: outside them (a forged or absurd status) is shown clamped, never a crash
 ISO_MIN_S, ISO_MAX_S = -62135596800.0, 253402300799.0

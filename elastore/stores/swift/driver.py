@@ -122,21 +122,34 @@ class SwiftDriver(StatefulSetPods):
         port = _port(call.port)
         exists, ready = call.port.pod(call.namespace, op.pod)
         ip = port.pod_ip(call.namespace, op.pod) if exists else None
-        pvc, marked = pvc_facts(call, op)
+        pvc, pvc_marked = pvc_facts(call, op)
         weight = parts = None
+        device_ip: str | None = None
+        unknown: tuple[str, ...] = ()
         lagging: tuple[str, ...] | None = None
         progress: dict[str, Misplaced] | None = None
         why = ""
         lowering = op.kind == "ScaleIn" and op.phase == "Scaling" and \
             sts.spec_replicas > op.to_replicas  # the rings must show the device gone
-        if op.phase in ("Joining", "Draining", "Removing") or lowering:
+        if op.phase in machine.IN_RINGS or lowering:
             try:
                 _, rings = self._rings(call)
-                dev = None if ip is None else \
-                    rings.table("object").get(f"{ip}/{spec.target.swift.device}")
+                device = spec.target.swift.device
+                table = rings.table("object")
+                dev = None if ip is None else table.get(f"{ip}/{device}")
+                n = op.to_replicas if op.kind == "ScaleOut" else op.from_replicas
+                marked = rings.pod_devices("object")
+                if dev is None and op.pod in marked:  # the pod came back at a new address
+                    key, w, p = marked[op.pod]
+                    dev, device_ip = (w, p), key.rsplit("/", 1)[0]
                 if dev is not None:
                     weight, parts = dev
-                n = op.to_replicas if op.kind == "ScaleOut" else op.from_replicas
+                pod_ips = {a for a in (port.pod_ip(call.namespace, q)
+                                       for q in _pods(spec, max(n, op.from_replicas))) if a}
+                known = {k for k, _, _ in marked.values()}
+                unknown = tuple(sorted({k.rsplit("/", 1)[0] for k in table
+                                        if k.endswith(f"/{device}") and k not in known
+                                        and k.rsplit("/", 1)[0] not in pod_ips}))
                 view = pods.observe(port, spec, call.namespace, _pods(spec, n), rings)
                 lagging, progress, why = view.lagging, view.progress, view.why
                 self._sizes = view.sizes
@@ -149,7 +162,8 @@ class SwiftDriver(StatefulSetPods):
             except ElastoreError as exc:
                 why = str(exc)
         return machine.SwiftFacts(sts.spec_replicas, exists, ready, ip, weight, parts,
-                                         lagging, progress, why, pvc, marked)
+                                  lagging, progress, why, pvc, pvc_marked,
+                                  device_ip=device_ip, unknown_ips=unknown)
 
     def advance(self, call: StoreCall, op: OperationState) -> Advanced:
         facts = self._facts(call, op)
@@ -171,7 +185,7 @@ class SwiftDriver(StatefulSetPods):
         try:
             if effect == "scale":
                 port.scale(ns, call.spec.target.name, nxt.to_replicas, expect=op.from_replicas)
-            elif effect in ("ring-add", "ring-drain", "ring-remove"):
+            elif effect in ("ring-add", "ring-drain", "ring-remove", "ring-readdress"):
                 nxt = self._ring_change(call, nxt, effect)
                 call.save(nxt)
             elif effect == "delete-pvc" and nxt.pvc:
@@ -200,9 +214,12 @@ class SwiftDriver(StatefulSetPods):
                 self._sizes = pods.observe(
                     port, spec, call.namespace,
                     _pods(spec, max(op.from_replicas, op.to_replicas)), rings).sizes
-        op_name = {"ring-add": "add", "ring-drain": "weight", "ring-remove": "remove"}[effect]
+        op_name = {"ring-add": "add", "ring-drain": "weight", "ring-remove": "remove",
+                   "ring-readdress": "readdress"}[effect]
+        # the pod's name goes with every change: its device is found by it (and moved to
+        # the pod's address) whatever address the rings have for it
         new, rebalanced = rings.change([{"op": op_name, "ip": ip, "device": sw.device,
-                                         "zone": zone,
+                                         "zone": zone, "pod": op.pod,
                                          "weight": sw.weight if effect == "ring-add" else 0}])
         port.write_files(call.namespace, sw.ring_configmap, rv, dict(new.files))
         moved = swiftring.moves(rings.assignment("object"), new.assignment("object"),

@@ -39,8 +39,10 @@ from elastore.actuators.swiftring import Misplaced
 from elastore.errors import ElastoreError
 from elastore.stores.operation import OperationState, held, overdue, scale_in_tail
 
-Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "delete-pvc",
-                 "conflict", "stuck", "reject"]
+Effect = Literal["none", "scale", "ring-add", "ring-drain", "ring-remove", "ring-readdress",
+                 "delete-pvc", "conflict", "stuck", "reject"]
+#: the phases in which the operation's pod has a device in the rings
+IN_RINGS = ("Joining", "Draining", "Removing")
 #: the phases in which a scale-in has not lowered the replicas yet
 BEFORE_SCALING = ("Draining", "Removing")
 
@@ -65,6 +67,12 @@ class SwiftFacts:
     why: str = ""
     pvc_exists: bool | None = None
     pvc_marked: bool = False
+    #: the address the pod's device has in the rings when it is not the pod's (the pod came
+    #: back with a new IP; the device is found by the pod's name in its ``meta``)
+    device_ip: str | None = None
+    #: addresses of devices in the rings that no pod of the target has and no pod's name
+    #: marks: a device the operator cannot tell is not this pod's
+    unknown_ips: tuple[str, ...] = ()
 
 
 def _progress_text(progress: dict[str, Misplaced]) -> str:
@@ -102,6 +110,11 @@ def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str
                  f"the StatefulSet has {facts.spec_replicas} replicas") or overdue(op, now_s)
     if first is not None:
         return first
+    if op.phase in IN_RINGS and facts.device_ip is not None and facts.pod_ip:
+        # one device per pod: it moves with the pod, with its weight and partitions
+        return at(op.phase, f"{op.pod} came back at {facts.pod_ip}; its device (at "
+                            f"{facts.device_ip}) is readdressed, not added again"), \
+            "ring-readdress", False
     if op.kind == "ScaleOut":
         if op.phase == "Scaling":
             if facts.spec_replicas < op.to_replicas:
@@ -140,6 +153,12 @@ def advance(op: OperationState, facts: SwiftFacts, now_s: float, pvc_policy: str
             if facts.weight is None and not facts.pod_ip:
                 return at("Draining", f"waiting: {op.pod} has no IP (its device cannot be "
                                       "looked up in the rings)"), "none", False
+            if facts.weight is None and facts.unknown_ips:
+                # its device may be one of these, at an address the pod had before
+                return at("Draining", f"{op.pod} at {facts.pod_ip} has no device in the "
+                                      "rings, which hold devices at addresses no pod of the "
+                                      f"target has ({', '.join(facts.unknown_ips)}): not "
+                                      "lowering replicas on a guess"), "none", False
             if facts.weight is None:
                 return at("Scaling", f"{op.pod} is out of the rings and nothing is out of "
                                      f"place; lowering replicas to {op.to_replicas}"), \
