@@ -321,9 +321,13 @@ class ProRenaTaController(_Forecasting):
         self.decisions.append(d)
         current = ctx.op.to_replicas if ctx.op is not None else ctx.serving
         # the operator's own gates (planner.admission), with what the simulator knows: the
-        # learned model's confidence (the cluster is never paused, contended or blind here)
+        # learned model's confidence (the cluster is never paused, contended or blind here).
+        # The replay's metrics are never stale: where the operator decides again before a
+        # scale-in due on an older plan, it decides on the same fresh load, so the window's
+        # decision stands for it (decision age 0)
         facts = admission.Facts(enforce=True, learning=None if scale_in else
-                                "the learned capacity model is not yet confident")
+                                "the learned capacity model is not yet confident",
+                                decision_age_s=0.0)
         points = []
         for t, n in set_points(d, current):
             kind: admission.Kind = "ScaleIn" if n < current else "ScaleOut"
