@@ -412,3 +412,23 @@ def test_agent_chart_namespaced_install_reads_only_its_namespaces(cp: ControlPla
     assert cp.kubectl("get", "clusterrole", agent, check=False).returncode != 0
     uninstall_leaves_nothing(cp, release, watched)
 
+
+
+def test_tenant_the_chart_lets_policies_query_only_the_clusters_services() -> None:
+    """Issue 35, finding 6: by default the operator may query Services inside the cluster
+    only (a policy naming any other URL is PrometheusNotAllowed); an installer can list
+    others, or allow any with []."""
+    def urls(*extra: str) -> list[str]:
+        args = one(render(None, *extra), "Deployment")["spec"]["template"]["spec"][
+            "containers"][0]["args"]
+        return [a.split("=", 1)[1] for a in args if a.startswith("--prometheus-url=")]
+
+    assert urls() == ["http://*.svc:*", "https://*.svc:*", "http://*.svc.cluster.local:*",
+                      "https://*.svc.cluster.local:*"]
+    assert urls("--set", "prometheus.allowedUrls={https://thanos.example.com/prom}") == [
+        "https://thanos.example.com/prom"]
+    assert urls("--set", "prometheus.allowedUrls=null") == []
+    args = one(render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    # finding 7: the directories a Swift policy's paths in the pods may lie under
+    assert [a for a in args if a.startswith("--pod-path=")] == [
+        "--pod-path=/etc/swift", "--pod-path=/srv/node"]

@@ -799,3 +799,50 @@ def test_deleting_a_policy_after_the_operator_is_gone_does_not_hang(
                '[{"op": "remove", "path": "/metadata/finalizers"}]')
     wait_until("the policy to be gone", lambda: cp.kubectl(
         "get", "elasticpolicy", "orders", "-n", ns, check=False).returncode != 0, 30)
+
+
+def test_tenant_a_secret_is_sent_only_where_its_owner_bound_it(cp: ControlPlane) -> None:
+    """Issue 35, finding 6, on the API server: the operator's reader of a policy's
+    credentials. An unlabelled Secret and a missing one give the same words (nothing of its
+    existence or keys); a labelled Secret goes only to a URL its annotation binds it to;
+    its keys are named only then."""
+    import base64
+
+    from kubernetes import config as kconfig
+
+    from elastore.errors import ElastoreError
+    from elastore.operator.policyapi import kube_reader
+
+    ns = "creds"
+    cp.kubectl("create", "namespace", ns)
+    good = "https://prometheus.monitoring.svc:9090"
+
+    def secret(name: str, labelled: bool, bound: str | None) -> str:
+        meta: dict[str, Any] = {"name": name, "namespace": ns}
+        if labelled:
+            meta["labels"] = {"elastore.io/prometheus-credentials": "true"}
+        if bound is not None:
+            meta["annotations"] = {"elastore.io/prometheus-urls": bound}
+        return json.dumps({"apiVersion": "v1", "kind": "Secret", "metadata": meta,
+                           "data": {"token": base64.b64encode(b"t0ken").decode()}})
+
+    cp.kubectl("apply", "-f", "-", stdin=secret("plain", False, None))
+    cp.kubectl("apply", "-f", "-", stdin=secret("unbound", True, None))
+    cp.kubectl("apply", "-f", "-", stdin=secret("bound", True, f"{good}, https://b.svc:1"))
+    read = kube_reader(kconfig.new_client_from_config(config_file=str(cp.kubeconfig)))
+
+    def error(name: str, key: str = "token", url: str = good) -> str:
+        with pytest.raises(ElastoreError) as err:
+            read("Secret", ns, name, key, url)
+        return str(err.value)
+
+    # unlabelled (whatever key is asked) and missing: the same words but for the name
+    words = {error("plain").replace("plain", "X"), error("plain", "nokey").replace("plain", "X"),
+             error("absent").replace("absent", "X")}
+    assert len(words) == 1 and "token" not in words.pop()
+    assert "not bound to" in error("unbound")
+    assert "not bound to" in error("bound", url="https://evil.example.com:9090")
+    assert "not bound to" in error("bound", url="http://prometheus.monitoring.svc:9090")
+    assert read("Secret", ns, "bound", "token", good) == "t0ken"
+    assert read("Secret", ns, "bound", "token", good + "/api/v1") == "t0ken"
+    assert "no key 'nokey'" in error("bound", "nokey")

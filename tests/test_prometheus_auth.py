@@ -174,9 +174,11 @@ def test_the_spec_resolves_its_credentials_from_the_namespace(bed: dict[str, Any
     store = {("Secret", NS, "prom", "user"): USER, ("Secret", NS, "prom", "pass"): PASSWORD,
              ("ConfigMap", NS, "prom-ca", "ca.crt"): bed["ca"]}
     asked: list[tuple[str, str, str, str]] = []
+    urls: set[str] = set()
 
-    def read(kind: str, ns: str, name: str, key: str) -> str:
+    def read(kind: str, ns: str, name: str, key: str, url: str) -> str:
         asked.append((kind, ns, name, key))
+        urls.add(url)
         if (kind, ns, name, key) not in store:
             raise ElastoreError(f"{kind} {ns}/{name} has no key {key!r}")
         return store[(kind, ns, name, key)]
@@ -191,6 +193,7 @@ def test_the_spec_resolves_its_credentials_from_the_namespace(bed: dict[str, Any
     assert spec.prometheus is not None
     cred = resolve_credentials(spec.prometheus, NS, read)
     assert sorted(asked) == sorted(store)
+    assert urls == {bed["secured"].url}  # each read says where the value will be sent
     assert "correct horse" not in repr(cred)  # never in a log line
     src = PrometheusSource(spec.prometheus, NS, STS, credentials=cred)
     assert load(src) == pytest.approx(RPS, rel=0.15)

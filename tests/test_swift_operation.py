@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from elastore.actuators.swiftring import Misplaced, moves, parse_devices, parse_du
-from elastore.errors import ElastoreError
+from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.spec import SpecError, parse
 from elastore.stores import operation
 from elastore.stores.swift.machine import SwiftFacts, advance
@@ -294,3 +294,72 @@ def test_forged_swift_removal_the_runner_touches_nothing(monkeypatch: pytest.Mon
     assert (conflict["status"], conflict["reason"]) == ("True", "StatusRejected")
     assert "96 partition(s)" in conflict["message"]
     assert [r for r, _, w in policies.events if w] == ["StatusRejected"]
+
+
+@pytest.mark.parametrize(("managed", "owner", "says"), [
+    (False, None, "not labelled elastore.io/managed=true"),
+    (True, "Deployment/other", "controlled by Deployment/other"),
+])
+def test_tenant_no_command_runs_in_a_target_that_did_not_opt_in(
+        managed: bool, owner: str | None, says: str) -> None:
+    """Issue 35, finding 7: a Recommend-mode Swift policy on any StatefulSet made the
+    operator run du in every pod, every period, for the bytes Swift's exporters lack. Now
+    nothing runs in the pods of a target that did not opt in (the decision says so: the
+    bytes are missing, never 0); once it opts in, the same call reads them."""
+    from elastore.actuators.ports import StatefulSetFacts
+    from elastore.models import ModelSet
+    from elastore.operator.policyloop import Memory
+    from elastore.operator.runner import Runner
+    from elastore.operator.tick import Tick as _Tick
+    from elastore.resources import builtin_model
+    from elastore.sim.kube import MemoryPolicies, TraceMetrics
+    from elastore.stores.base import Target
+    from elastore.stores.swift.driver import SwiftDriver
+
+    body = {**spec(swift={"ringConfigMap": "rings"}), "mode": "Recommend"}
+    policies = MemoryPolicies.of("store", "objects", body)
+    port = _RecordingPort()
+    metrics = TraceMetrics(lambda _t: 100.0, 0.95, lambda: float("nan"), -3600.0, 1e9)
+    ms = ModelSet.load(builtin_model("placeholder"))
+    runner = Runner("store", "objects", policies, port, lambda _s: ms,  # type: ignore[arg-type]
+                    source=lambda _s, _ns: metrics)
+    sts = StatefulSetFacts("swift", 4, 4, 4, "data", None, managed=managed, owner=owner)
+    t = _Tick(body=policies.body, now=1001.0, status={}, conds=[], gen=1, spec=parse(body),
+              sts=sts, target=Target(sts), driver=SwiftDriver())
+    with pytest.raises(MetricsError, match=says):
+        runner.period._decide(parse(body), 4, Memory(), 1001.0, None, {}, t)
+    assert port.calls == []  # not one call into the pods
+    opted = replace(t, sts=replace(sts, managed=True, owner=None))
+    with pytest.raises(MetricsError, match="devices could not be read"):
+        runner.period._decide(parse(body), 4, Memory(), 1001.0, None, {}, opted)
+    assert port.calls  # opted in: the pods are read
+
+
+def test_tenant_a_policys_paths_in_the_pods_are_the_installers() -> None:
+    """...and every path it reads there is under a directory the installer allows
+    (/etc/swift, /srv/node by default; `elastore operator run --pod-path`)."""
+    from elastore.actuators.ports import SwiftPort
+    from elastore.stores.base import Allowed, under
+    from elastore.stores.swift.driver import SwiftDriver
+
+    assert under("/srv/node", ("/srv/node",)) and under("/srv/node/d1", ("/srv/node",))
+    assert not under("/srv/nodes", ("/srv/node",)) and not under("/srv", ("/srv/node",))
+    assert not under("/srv/node/../../etc", ("/srv/node",))
+    assert not under("/srv//node", ("/srv/node",))
+
+    class Port(SwiftPort):  # a Swift port that is never called
+        pass
+
+    allowed = Allowed((("nodetool",),))
+    ok = parse(spec(swift={"ringConfigMap": "rings"}))
+    assert SwiftDriver().refused(ok, Port(), allowed) is None
+    for where, path in (("ringDir", "/etc"), ("devicesDir", "/var/lib/secret"),
+                        ("devicesDir", "/srv/nodes")):
+        bad = parse(spec(swift={"ringConfigMap": "rings", where: path}))
+        got = SwiftDriver().refused(bad, Port(), allowed)
+        assert got is not None and got[0] == "PodPathNotAllowed" and path in got[1], got
+    wider = Allowed((("nodetool",),), pod_paths=("/var/lib",))
+    assert SwiftDriver().refused(parse(spec(swift={"ringConfigMap": "rings", "ringDir":
+                                                    "/var/lib/swift", "devicesDir":
+                                                    "/var/lib/node"})),
+                                 Port(), wider) is None

@@ -53,10 +53,21 @@ def operator_group() -> None:
               help="A command a Swift policy's commands in its pods may go through "
                    "(spec.target.swift.execPrefix; repeatable, split like a shell would). "
                    "Default: none, the commands (md5sum, du) run as they are.")
+@click.option("--pod-path", "pod_paths", multiple=True, metavar="DIR",
+              help="A directory under which a policy's paths in the store's pods may lie "
+                   "(Swift's spec.target.swift.ringDir and devicesDir; repeatable). "
+                   "Default: /etc/swift and /srv/node.")
+@click.option("--prometheus-url", "prometheus_urls", multiple=True, metavar="PATTERN",
+              help="A Prometheus endpoint policies may query (repeatable): a URL whose host "
+                   "may hold '*', whose port may be '*', whose path is a prefix, e.g. "
+                   "'http://*.svc:9090'. A policy naming another is PrometheusNotAllowed "
+                   "and nothing is fetched. Default: any (the chart sets in-cluster "
+                   "services).")
 def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: int,
             metrics_addr: str, liveness: str | None, standalone: bool, priority: int | None,
             peering: str, peering_lifetime: int, nodetools: tuple[str, ...],
-            exec_prefixes: tuple[str, ...]) -> None:
+            exec_prefixes: tuple[str, ...], pod_paths: tuple[str, ...],
+            prometheus_urls: tuple[str, ...]) -> None:
     """Run the operator until SIGTERM/SIGINT: a control loop per ElasticPolicy, leader
     election among replicas, Events for every decision and action, metrics on /metrics.
 
@@ -81,10 +92,21 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
     if any(not argv for argv in allowed):
         raise ElastoreError("--nodetool needs a command, got an empty one")
     prefixes = ((), *(tuple(shlex.split(c)) for c in exec_prefixes))
+    from elastore.operator.endpoints import valid_pattern
+
+    if any(not p.startswith("/") or p.rstrip("/") == "" for p in pod_paths):
+        raise ElastoreError("--pod-path needs an absolute directory other than /")
+    bad = [p for p in prometheus_urls if not valid_pattern(p)]
+    if bad:
+        raise ElastoreError(f"--prometheus-url {bad[0]!r} is not an http(s) URL pattern "
+                            "(e.g. 'http://*.svc:9090')")
     options = OperatorOptions(metrics_port=metrics_port, metrics_addr=metrics_addr,
                               peering=peering, standalone=standalone, priority=priority,
                               peering_lifetime_s=peering_lifetime, nodetools=allowed,
-                              exec_prefixes=prefixes)
+                              exec_prefixes=prefixes,
+                              prometheus_urls=tuple(prometheus_urls) or None,
+                              **({"pod_paths": tuple(p.rstrip("/") for p in pod_paths)}
+                                 if pod_paths else {}))
     import elastore.operator.handlers  # noqa: F401 - registers the handlers
 
     kopf.configure(verbose=False)

@@ -115,7 +115,9 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
     runner = Runner(namespace, name, PolicyApi(client), KubeActuator(client),
                     rt.model_loader(namespace), rt.telemetry,
                     nodetools=rt.options.nodetools, exec_prefixes=rt.options.exec_prefixes,
-                    source=lambda spec, ns: prometheus_source(spec, ns, read))
+                    pod_paths=rt.options.pod_paths,
+                    source=lambda spec, ns: prometheus_source(
+                        spec, ns, read, rt.options.prometheus_urls))
     wake = rt.wake.setdefault((namespace, name), threading.Event())
     rt.served.add((namespace, name))
     logger.info("control loop started for %s/%s", namespace, name)

@@ -9,6 +9,7 @@ on missing data and every scale-out rests on evidence.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -114,25 +115,29 @@ class Credentials:
                 f"insecure_skip_verify={self.insecure_skip_verify})")
 
 
-#: reads one key of a Secret or ConfigMap in a namespace: (kind, namespace, name, key)
-Reader = Callable[[str, str, str, str], str]
+#: reads one key of a Secret or ConfigMap in a namespace, to be sent to a URL: (kind,
+#: namespace, name, key, url); a Secret must be marked for it and bound to that URL
+#: (:func:`elastore.operator.policyapi.kube_reader`)
+Reader = Callable[[str, str, str, str, str], str]
 
 
 def resolve_credentials(prom: Prometheus, namespace: str, read: Reader) -> Credentials:
-    """The credentials the policy names, read from its own namespace. A missing Secret,
-    key or label is an :class:`ElastoreError` naming it."""
+    """The credentials the policy names, read from its own namespace for ``prom.url``. A
+    Secret missing, unmarked or not bound to the URL, or a missing key, is an
+    :class:`ElastoreError` naming it."""
     a = prom.auth
+    url = prom.url
     token = None if a.bearer_token is None else \
-        read("Secret", namespace, a.bearer_token.name, a.bearer_token.key).strip()
+        read("Secret", namespace, a.bearer_token.name, a.bearer_token.key, url).strip()
     basic = None
     if a.username is not None and a.password is not None:
-        basic = (read("Secret", namespace, a.username.name, a.username.key).strip(),
-                 read("Secret", namespace, a.password.name, a.password.key).strip())
+        basic = (read("Secret", namespace, a.username.name, a.username.key, url).strip(),
+                 read("Secret", namespace, a.password.name, a.password.key, url).strip())
     ca = None
     if a.ca_secret is not None:
-        ca = read("Secret", namespace, a.ca_secret.name, a.ca_secret.key)
+        ca = read("Secret", namespace, a.ca_secret.name, a.ca_secret.key, url)
     elif a.ca_configmap is not None:
-        ca = read("ConfigMap", namespace, a.ca_configmap.name, a.ca_configmap.key)
+        ca = read("ConfigMap", namespace, a.ca_configmap.name, a.ca_configmap.key, url)
     if ca is not None and "-----BEGIN CERTIFICATE-----" not in ca:
         raise ElastoreError("spec.metrics.prometheus.tlsConfig.ca is not a PEM certificate "
                             "bundle")
@@ -172,6 +177,8 @@ class PrometheusSource:
         self.timeout_s = timeout_s
         cred = credentials or Credentials()
         session = requests.Session()
+        # a redirect would take the request (and its credentials' host check) elsewhere
+        session.max_redirects = 0
         session.verify = False if cred.insecure_skip_verify else (
             _ca_file(cred.ca_pem) if cred.ca_pem else True)
         headers = {"Authorization": f"Bearer {cred.bearer_token}"} if cred.bearer_token \
@@ -195,14 +202,18 @@ class PrometheusSource:
                                                         f"unreachable: {type(exc).__name__}") \
                 from exc
         except PrometheusApiClientException as exc:
-            text = str(exc)
-            if "Status Code 401" in text or "Status Code 403" in text:
-                code = "401" if "401" in text else "403"
+            # only the status code: the response's body is whatever the URL answered, and
+            # echoing it into the status and Events would make the operator a fetcher of
+            # any URL for whoever may write a policy (issue 35)
+            m = re.search(r"Status Code (\d{3})", str(exc))
+            code = m.group(1) if m else "?"
+            if code in ("401", "403"):
                 raise MetricsError("PrometheusUnauthorized", f"Prometheus at {self.prom.url} "
                                    f"refused the credentials (HTTP {code}): check spec."
                                    "metrics.prometheus.bearerTokenSecret / basicAuth") from exc
             raise MetricsError("PrometheusError", f"Prometheus at {self.prom.url} refused a "
-                                                  f"query: {text[:300]}") from exc
+                                                  f"query (HTTP {code}; the operator's log "
+                                                  "has the query)") from exc
 
     def query(self, name: str) -> str:
         return self.prom.query(name, self.namespace, self.target)
@@ -345,13 +356,22 @@ def mask_warmup(history: FloatArray, step_s: float, warmup_s: float) -> FloatArr
     return out
 
 
-def prometheus_source(spec: PolicySpec, namespace: str, read: Reader | None = None
-                      ) -> MetricsSource:
+def prometheus_source(spec: PolicySpec, namespace: str, read: Reader | None = None,
+                      allowed_urls: tuple[str, ...] | None = None) -> MetricsSource:
     """The policy's Prometheus; ``read`` resolves the Secrets and ConfigMaps its
-    credentials name (without it a policy that names any is an error)."""
+    credentials name (without it a policy that names any is an error); ``allowed_urls``:
+    the installer's endpoint patterns (:mod:`elastore.operator.endpoints`; None: any)."""
+    from elastore.operator import endpoints
+
     if spec.prometheus is None:
         raise MetricsError("NoMetrics", "spec.metrics.prometheus is not set: there is "
                                         "nothing to forecast from")
+    if allowed_urls is not None and not endpoints.allowed(spec.prometheus.url, allowed_urls):
+        raise MetricsError("PrometheusNotAllowed", f"spec.metrics.prometheus.url "
+                                                   f"{spec.prometheus.url} is not an endpoint "
+                                                   "this operator may query (its installer's "
+                                                   "--prometheus-url, the chart's prometheus."
+                                                   "allowedUrls): nothing is fetched")
     cred = None
     if spec.prometheus.auth.any:
         if read is None:

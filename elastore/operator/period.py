@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from elastore.actuators.ports import ClusterPort
+from elastore.actuators.ports import MANAGED_LABEL, ClusterPort
 from elastore.errors import ElastoreError, MetricsError
 from elastore.hubbub import policy as hubbub
 from elastore.hubbub.effect import InterferenceEffect
@@ -57,6 +57,21 @@ class Seams(Protocol):
     def source(self) -> Callable[[PolicySpec, str], MetricsSource]: ...
     @property
     def telemetry(self) -> OperatorMetrics | None: ...
+
+
+def exec_refused(t: Tick) -> str | None:
+    """Why nothing may run in the target's pods (None: it may): Enforce's guard refused the
+    target, or, in any mode, it did not opt in or something else controls it."""
+    if t.blocked is not None:
+        return t.blocked[1]
+    sts = t.sts
+    if sts is None:
+        return "the target was not read"
+    if not sts.managed:
+        return f"the target is not labelled {MANAGED_LABEL}=true"
+    if sts.owner is not None:
+        return f"the target is controlled by {sts.owner}"
+    return None
 
 
 @dataclass
@@ -189,7 +204,14 @@ class ControlPeriod:
                                                           spec.calibration_steps),
                                spec.prediction_step_s)
         if not math.isfinite(snap.data_bytes) and t is not None and t.driver is not None:
-            # a store whose exporters lack the bytes: read from the store (never 0)
+            # a store whose exporters lack the bytes: read from the store (never 0), by a
+            # command in its pods; only in a target that opted in (issue 35: a Recommend
+            # policy on any StatefulSet made the operator run du in all its pods)
+            shut = exec_refused(t)
+            if shut is not None:
+                raise MetricsError("MetricsMissing", f"dataBytes: no such metric, and {shut}: "
+                                                     "the operator runs nothing in the "
+                                                     "target's pods until it opts in")
             held = t.driver.data_bytes(self.s.kube, self.s.namespace, spec, replicas)
             if held is not None:
                 snap = replace(snap, data_bytes=held)

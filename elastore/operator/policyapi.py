@@ -142,38 +142,55 @@ class PolicyApi:
                     from exc2
 
 
-def kube_reader(api_client: Any) -> Callable[[str, str, str, str], str]:
+def kube_reader(api_client: Any) -> Callable[[str, str, str, str, str], str]:
     """Reads one key of a Secret or ConfigMap for the Prometheus credentials of a policy
-    (:func:`elastore.operator.metrics.resolve_credentials`). A Secret is used only when it
-    carries the label ``elastore.io/prometheus-credentials: "true"``: a policy's author
-    who may not read a Secret cannot have the operator send it to a URL of their choosing."""
+    (:func:`elastore.operator.metrics.resolve_credentials`), to be sent to a URL. A policy's
+    author who may not read a Secret must not have the operator send it anywhere, nor learn
+    anything of it, so a Secret is used only when it carries the label
+    ``elastore.io/prometheus-credentials: "true"`` and is bound to the URL by its annotation
+    ``elastore.io/prometheus-urls`` (:mod:`elastore.operator.endpoints`). The label is
+    checked before anything else: a Secret that is missing, unreadable or unlabelled gives
+    the same words, and its keys are named only once it is marked for this use."""
     import base64
 
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
+    from elastore.operator import endpoints
     from elastore.operator.spec import CREDENTIALS_LABEL
 
     core = client.CoreV1Api(api_client)
 
-    def read(kind: str, ns: str, name: str, key: str) -> str:
+    def read(kind: str, ns: str, name: str, key: str, url: str) -> str:
+        if kind == "Secret":
+            unusable = ElastoreError(
+                f"Secret {ns}/{name} (spec.metrics.prometheus credentials) is not one the "
+                f"operator may use: it must exist and carry the label {CREDENTIALS_LABEL}="
+                "\"true\"")
+            try:
+                obj: Any = core.read_namespaced_secret(name, ns)
+            except ApiException:
+                raise unusable from None
+            meta = obj.metadata
+            if (meta.labels or {}).get(CREDENTIALS_LABEL) != "true":
+                raise unusable
+            if not endpoints.allowed(url, endpoints.bound_patterns(meta.annotations)):
+                raise ElastoreError(f"Secret {ns}/{name} is not bound to {url}: its owner "
+                                    f"lists the URLs it may be sent to in the annotation "
+                                    f"{endpoints.BOUND_ANNOTATION}")
+            data = obj.data or {}
+            if key not in data:
+                raise ElastoreError(f"Secret {ns}/{name} has no key {key!r}")
+            return base64.b64decode(data[key]).decode()
         try:
-            obj: Any = core.read_namespaced_secret(name, ns) if kind == "Secret" else \
-                core.read_namespaced_config_map(name, ns)
+            cm: Any = core.read_namespaced_config_map(name, ns)
         except ApiException as exc:
             raise ElastoreError(f"{kind} {ns}/{name} (spec.metrics.prometheus credentials): "
                                 f"{exc.reason}") from exc
-        data = obj.data or {}
-        if key not in data:
+        cm_data = cm.data or {}
+        if key not in cm_data:
             raise ElastoreError(f"{kind} {ns}/{name} has no key {key!r}")
-        if kind == "ConfigMap":
-            return str(data[key])
-        labels = obj.metadata.labels or {}
-        if labels.get(CREDENTIALS_LABEL) != "true":
-            raise ElastoreError(f"Secret {ns}/{name} is not labelled {CREDENTIALS_LABEL}="
-                                "\"true\": the operator sends only Secrets marked for it to "
-                                "a Prometheus")
-        return base64.b64decode(data[key]).decode()
+        return str(cm_data[key])
 
     return read
 

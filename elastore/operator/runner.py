@@ -74,6 +74,8 @@ class Runner:
     #: the prefixes a Swift policy's commands in its pods may go through
     #: (``elastore operator run --exec-prefix``; the empty one: none)
     exec_prefixes: tuple[tuple[str, ...], ...] = ((),)
+    #: the directories a policy's paths in pods may lie under (Swift's ringDir, devicesDir)
+    pod_paths: tuple[str, ...] = Allowed.pod_paths
     #: the policy's store driver, by driver name (one per policy: what it remembers, the
     #: pods it throttled, is this policy's)
     _drivers: dict[str, StoreDriver] = field(default_factory=dict, init=False, repr=False)
@@ -194,7 +196,8 @@ class Runner:
             self._drivers.clear()  # a policy whose target changed store forgets the old one
             driver = self._drivers[store.name] = driver_class(store)()
         t.driver = driver
-        refused = driver.refused(spec, self.kube, Allowed(self.nodetools, self.exec_prefixes))
+        refused = driver.refused(spec, self.kube, Allowed(self.nodetools, self.exec_prefixes,
+                                                             self.pod_paths))
         if refused is not None:
             return 60.0, refused
         t.target = driver.read(self.kube, self.namespace, spec)

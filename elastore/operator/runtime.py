@@ -37,6 +37,11 @@ class OperatorOptions:
     #: the prefixes a Swift policy's commands may go through (``spec.target.swift.
     #: execPrefix``); the empty one is always allowed
     exec_prefixes: tuple[tuple[str, ...], ...] = ((),)
+    #: the directories a policy's paths in pods may lie under (``--pod-path``)
+    pod_paths: tuple[str, ...] = ("/etc/swift", "/srv/node")
+    #: the Prometheus endpoints a policy may name (:mod:`elastore.operator.endpoints`);
+    #: None: any (``elastore operator run`` without ``--prometheus-url``)
+    prometheus_urls: tuple[str, ...] | None = None
     metrics_addr: str = "0.0.0.0"
     peering: str = "elastore"  # the ClusterKopfPeering the replicas share
     standalone: bool = False  # no leader election (one replica only)

@@ -50,6 +50,18 @@ class Allowed:
 
     nodetools: tuple[tuple[str, ...], ...]
     exec_prefixes: tuple[tuple[str, ...], ...] = ((),)
+    #: the directories a policy's paths in the pods (Swift's ``ringDir``, ``devicesDir``)
+    #: must lie under: a policy's author must not choose what the operator reads there
+    pod_paths: tuple[str, ...] = ("/etc/swift", "/srv/node")
+
+
+def under(path: str, roots: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``roots`` or lies below one (no ``..``, no ``//``)."""
+    import posixpath
+
+    if posixpath.normpath(path) != path.rstrip("/") or "//" in path:
+        return False
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 @dataclass

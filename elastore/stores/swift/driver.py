@@ -23,6 +23,7 @@ from elastore.stores.base import (
     Kind,
     StoreCall,
     Why,
+    under,
 )
 from elastore.stores.cassandra.driver import StatefulSetPods, mark_pvc, pvc_facts
 from elastore.stores.operation import OperationState
@@ -49,6 +50,13 @@ class SwiftDriver(StatefulSetPods):
         if not isinstance(port, SwiftPort):
             return ("TargetNotSupported", "this operator's cluster port cannot read Swift "
                                           "pods and rings")
+        sw = spec.target.swift
+        for field_name, path in (("ringDir", sw.ring_dir), ("devicesDir", sw.devices_dir)):
+            if not under(path, allowed.pod_paths):
+                return ("PodPathNotAllowed", f"spec.target.swift.{field_name} {path} is not "
+                        f"under a directory this operator reads in pods "
+                        f"({', '.join(allowed.pod_paths)}; `elastore operator run "
+                        "--pod-path`): nothing is run")
         prefix = tuple(spec.target.swift.exec_prefix)
         if prefix not in allowed.exec_prefixes:
             names = "; ".join(" ".join(c) or "(none)" for c in allowed.exec_prefixes)
