@@ -459,3 +459,127 @@ def test_hazard_the_agent_shapes_only_a_veth_that_carries_just_its_pod() -> None
             ipr.close()
     finally:
         net.down()
+
+
+class _StuckReader(Reader):
+    """The API readable once, then unreachable: every later read hangs (as a reconcile on
+    a dead API server does, 10 s x 3 retries) until released."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.calls = 0
+        self.release = threading.Event()
+
+    def policies(self) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.calls > 1:
+            self.release.wait(60)
+        return self.pol
+
+
+@pytest.mark.lab
+@pytest.mark.concurrent  # tc state read back; the one time bound has 10x margin
+def test_hazard_sigterm_cleans_up_at_once_while_a_reconcile_hangs_on_the_api() -> None:
+    """Issue 35, finding 9: SIGTERM only set a flag, so the cleanup waited for a reconcile
+    stuck on an unreachable API, past a pod's 30-s grace period. The cleanup now starts at
+    once (it needs no API call), and the hung reconcile changes nothing after it."""
+    from testbed.podnet import PodNet
+
+    from elastore.agent.agent import Agent, netlink_factory
+
+    net = PodNet(f"t{os.getpid() % 100000}")
+    try:
+        net.up()
+        net.add_pod("cass-0", "10.79.0.5")
+        net.add_pod("cass-1", "10.79.0.6")
+    except Exception as exc:
+        net.down()
+        pytest.fail(f"cannot build the pod network namespaces: {exc}")
+    try:
+        ips = {"cass-0": "10.79.0.5", "cass-1": "10.79.0.6"}
+        reader = _StuckReader([pol("orders", "shop", bw_status(list(ips)))],
+                              [pod(n, "shop", ip) for n, ip in ips.items()], owners())
+        agent = Agent(reader, netlink_factory(net.host), NODE)
+        stop = threading.Event()
+        ran = threading.Thread(target=agent.run, args=(0.2, stop), daemon=True)
+        ran.start()
+
+        def counts() -> dict[str, int]:
+            ipr = _ns(net)
+            try:
+                return PodShaper(ipr).inventory().counts()
+            finally:
+                ipr.close()
+
+        deadline = time.monotonic() + 20
+        while counts()["ifbs"] != 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert counts()["ifbs"] == 2, counts()
+        while reader.calls < 2 and time.monotonic() < deadline:  # now hanging on the API
+            time.sleep(0.05)
+        assert reader.calls >= 2
+        t0 = time.monotonic()
+        stop.set()  # what the SIGTERM handler does
+        none = {"qdiscs": 0, "classes": 0, "filters": 0, "ifbs": 0}
+        while counts() != none and time.monotonic() - t0 < 10:
+            time.sleep(0.05)
+        took = time.monotonic() - t0
+        assert counts() == none and took < 3.0, took  # the hang lasts 60 s
+        ran.join(10)  # run() gives the stuck loop its grace (5 s), then returns
+        assert not ran.is_alive()
+        reader.release.set()  # the hung reconcile returns: it must not shape again
+        time.sleep(1.0)
+        assert counts()["qdiscs"] == 0 and agent.closed
+    finally:
+        net.down()
+
+
+@pytest.mark.lab
+@pytest.mark.concurrent  # tc state read back: nothing timed
+def test_hazard_a_failed_removal_does_not_stop_the_cleanup(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ifb whose removal fails (here: the first of two left by pods that went, their
+    veths with them) is said, and every other piece of the agent's state is removed all the
+    same (before: the exception ended the cleanup there)."""
+    from testbed.podnet import PodNet
+
+    from elastore.agent.agent import Agent, netlink_factory
+
+    net = PodNet(f"w{os.getpid() % 100000}")
+    try:
+        net.up()
+        for k in range(3):
+            net.add_pod(f"cass-{k}", f"10.80.0.{5 + k}")
+    except Exception as exc:
+        net.down()
+        pytest.fail(f"cannot build the pod network namespaces: {exc}")
+    try:
+        ips = {f"cass-{k}": f"10.80.0.{5 + k}" for k in range(3)}
+        reader = Reader([pol("orders", "shop", bw_status(list(ips)))],
+                        [pod(n, "shop", ip) for n, ip in ips.items()], owners())
+        agent = Agent(reader, netlink_factory(net.host), NODE)
+        assert len(agent.reconcile().shaped) == 3
+        net.remove_pod("cass-1")  # their veths go; their ifbs stay, orphaned
+        net.remove_pod("cass-2")
+        real = PodShaper.unshape
+        failed: list[str] = []
+
+        def flaky(self: PodShaper, idx: int | None, ifb: str | None = None) -> list[str]:
+            if idx is None and not failed:  # the first orphan ifb's removal fails
+                failed.append(str(ifb))
+                raise OSError("netlink: device or resource busy")
+            return real(self, idx, ifb=ifb)
+
+        monkeypatch.setattr(PodShaper, "unshape", flaky)
+        done = agent.cleanup()
+        monkeypatch.setattr(PodShaper, "unshape", real)
+        assert sum("failed" in a for a in done) == 1 and failed, done
+        ipr = _ns(net)
+        try:
+            left = PodShaper(ipr).inventory()
+        finally:
+            ipr.close()
+        # cass-0's tree and the other orphan ifb are gone: only the failed ifb is left
+        assert list(left.ifbs) == failed and not left.interfaces(), (left.ifbs, failed)
+    finally:
+        net.down()

@@ -180,6 +180,11 @@ class Agent:
         self.probed: list[PodRef] = []
         #: the probe's last readings (None: none yet, or the last measurement failed)
         self.readings: Readings | None = None
+        #: held while tc is changed: a cleanup waits for a change under way, never for a
+        #: reconcile waiting on the API (which holds no lock)
+        self._tc = threading.Lock()
+        #: set by :meth:`cleanup`: no reconcile changes tc after it
+        self.closed = False
 
     def reconcile(self) -> Report:
         t0 = time.monotonic()
@@ -200,11 +205,14 @@ class Agent:
             except Exception:  # the measurement never stands in the shaping's way
                 log.exception("choosing the pods to measure")
         targets, rep.problems = desired(policies, pods, self.node, owners)
-        ipr = self.netlink()
-        try:
-            self._apply(PodShaper(ipr), targets, rep)
-        finally:
-            ipr.close()
+        with self._tc:
+            if self.closed:  # the agent is stopping: its tc state is gone, and stays gone
+                return self._done(rep, t0)
+            ipr = self.netlink()
+            try:
+                self._apply(PodShaper(ipr), targets, rep)
+            finally:
+                ipr.close()
         return self._done(rep, t0)
 
     def _apply(self, shaper: PodShaper, targets: dict[str, PodTarget], rep: Report) -> None:
@@ -262,9 +270,12 @@ class Agent:
         for name in sorted(inv.ifbs):
             if name in wanted_ifbs:
                 continue
-            if shaper.ipr.link_lookup(ifname=name):
-                for a in shaper.unshape(None, ifb=name):
-                    yield f"not wanted: {a}"
+            try:  # one that fails does not stop the others
+                if shaper.ipr.link_lookup(ifname=name):
+                    for a in shaper.unshape(None, ifb=name):
+                        yield f"not wanted: {a}"
+            except Exception as exc:
+                yield f"removing {name} failed: {exc}"
 
     def _done(self, rep: Report, t0: float) -> Report:
         rep.seconds = time.monotonic() - t0
@@ -279,15 +290,20 @@ class Agent:
         return rep
 
     def cleanup(self) -> list[str]:
-        """Remove every piece of the agent's tc state on the node (SIGTERM, uninstall)."""
-        ipr = self.netlink()
-        try:
-            shaper = PodShaper(ipr)
-            done = list(self._remove(shaper, shaper.inventory(), set()))
-        finally:
-            ipr.close()
+        """Remove every piece of the agent's tc state on the node (SIGTERM, uninstall), and
+        let no reconcile change tc afterwards. No API call: it starts at once, even while a
+        reconcile waits on an unreachable API server; a piece that cannot be removed is said
+        and the rest are removed all the same."""
+        with self._tc:
+            self.closed = True
+            ipr = self.netlink()
+            try:
+                shaper = PodShaper(ipr)
+                done = list(self._remove(shaper, shaper.inventory(), set()))
+            finally:
+                ipr.close()
         for a in done:
-            log.info("cleanup: %s", a)
+            (log.warning if "failed" in a else log.info)("cleanup: %s", a)
         return done
 
     def stats(self) -> dict[tuple[str, str, str], int]:
@@ -329,9 +345,27 @@ class Agent:
             self.metrics.probe_seconds.observe(time.monotonic() - t0)
         return self.readings
 
-    def run(self, period_s: float, stop: threading.Event) -> None:
-        """Reconcile and measure every ``period_s`` until ``stop``; then remove everything
-        of ours."""
+    def run(self, period_s: float, stop: threading.Event, grace_s: float = 5.0) -> list[str]:
+        """Reconcile and measure every ``period_s`` (in a thread of its own) until ``stop``;
+        then remove everything of ours at once: a reconcile stuck on the API (its timeouts
+        and retries can outlast a pod's termination grace period) is not waited for, and
+        changes nothing after the cleanup. ``stop`` is waited on here, in the caller's
+        thread (the signal handlers' one)."""
+        loop = threading.Thread(target=self.loop, args=(period_s, stop), daemon=True,
+                                name="elastore-agent-loop")
+        loop.start()
+        while not stop.wait(0.5):
+            if not loop.is_alive():  # the loop ended by itself: a bug, said; cleaned up
+                log.error("the agent's loop ended without a stop")
+                break
+        done = self.cleanup()
+        loop.join(grace_s)
+        if self.probe is not None:
+            self.probe.close()
+        return done
+
+    def loop(self, period_s: float, stop: threading.Event) -> None:
+        """Reconcile and measure every ``period_s`` until ``stop``."""
         while not stop.is_set():
             try:
                 self.reconcile()
@@ -342,9 +376,6 @@ class Agent:
                 self._done(rep, time.monotonic())
             self.measure()
             stop.wait(period_s)
-        self.cleanup()
-        if self.probe is not None:
-            self.probe.close()
 
 
 class AgentMetrics:

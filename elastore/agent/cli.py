@@ -153,7 +153,10 @@ def run_cmd(node: str, period_s: float, namespaces: tuple[str, ...], kubeconfig:
     click.echo(f"elastore agent on node {node}: reconciling every {period_s:g} s"
                + (f", /metrics on {metrics_addr}:{metrics_port}" if metrics_port else ""),
                err=True)
-    agent.run(period_s, stop)
+    failed = [a for a in agent.run(period_s, stop) if "failed" in a]
+    if failed:
+        click.echo(f"the agent's tc state was removed but for: {'; '.join(failed)}", err=True)
+        raise SystemExit(1)
 
 
 def readings_json(readings: Any, probe: Any) -> dict[str, Any] | None:
