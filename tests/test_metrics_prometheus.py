@@ -182,3 +182,57 @@ def test_partial_several_series_where_one_is_expected_is_an_error(
     assert p is not None
     with pytest.raises(MetricsError, match="several series for node db-0"):
         PrometheusSource(p, NS, STS).snapshot(time.time(), 6, 10.0)
+
+
+def test_tenant_an_unscoped_custom_load_query_is_refused(
+        rig: tuple[NodeExporters, Prometheus, Stale]) -> None:
+    """Issue 35, finding 10: a custom readRps/writeRps without the target's scope (shared by
+    two policies, each counts the other's pods: here the other clusters' 50,000 req/s) is
+    checked against the target's own pods' per-pod load, and refused."""
+    _, prom, _ = rig
+    q = ('sum(rate(org_apache_cassandra_metrics_clientrequest_count{name="Latency",'
+         'scope="%s"}[1m]))')
+    src = source(prom.url, queries={"readRps": q % "Read", "writeRps": q % "Write"})
+    wait_until("the rates to cover the warmup", lambda: _reason(source(prom.url)) is None, 60)
+    assert _reason(src) == "MetricsForeignLoad"
+    with pytest.raises(MetricsError, match="counts other pods"):
+        src.snapshot(time.time(), 6, 10.0)
+    # the same queries scoped to the target pass the check
+    scoped = ('sum(rate(org_apache_cassandra_metrics_clientrequest_count{name="Latency",'
+              'scope="%s",namespace="shop",pod=~"db-[0-9]+"}[1m]))')
+    ok = source(prom.url, queries={"readRps": scoped % "Read", "writeRps": scoped % "Write"})
+    assert ok.snapshot(time.time(), 6, 10.0).load_rps == pytest.approx(RPS, rel=0.2)
+
+
+def test_tenant_a_pod_scraped_twice_and_foreign_pods_are_refused(
+        tmp_path_factory: pytest.TempPathFactory,
+        rig: tuple[NodeExporters, Prometheus, Stale]) -> None:
+    """A pod scraped by two jobs (a PodMonitor and a ServiceMonitor) has its load summed
+    twice: the freshness check sees two jobs for one pod and refuses (MetricsDuplicated);
+    a custom freshness query that returns another workload's pods is refused too."""
+    nodes, _, _ = rig
+    dup = nodes.nodes[1].target
+    twice = Prometheus(tmp_path_factory.mktemp("prom2"), [], nodes.scrape_configs() +
+                       "  - job_name: cassandra-servicemonitor\n    static_configs:\n"
+                       f"      - targets: ['{dup}']\n"
+                       f"        labels: {{namespace: {NS}, pod: {STS}-1}}\n")
+    try:
+        src = source(twice.url)
+        wait_until("both jobs to be scraped", lambda: _reason(src) not in (
+            "MetricsMissing", "MetricsWarmingUp"), 60)
+        with pytest.raises(MetricsError) as err:
+            src.snapshot(time.time(), 6, 10.0)
+        assert err.value.reason == "MetricsDuplicated", err.value
+        assert f"{STS}-1" in str(err.value) and "cassandra-servicemonitor" in str(err.value)
+    finally:
+        twice.close()
+    _, prom, _ = rig
+    own = copy.deepcopy(spec(prom.url))
+    own["metrics"]["prometheus"]["queries"] = {
+        "freshness": 'max by (pod) (timestamp(org_apache_cassandra_metrics_clientrequest_count'
+                     '{name="Latency",scope="Read",namespace="shop"}))'}  # db-* and dbx-*
+    p = parse(own).prometheus
+    assert p is not None
+    with pytest.raises(MetricsError) as err:
+        PrometheusSource(p, NS, STS).snapshot(time.time(), 6, 10.0)
+    assert err.value.reason == "MetricsForeignPods" and f"{STS}x-" in str(err.value)

@@ -269,13 +269,24 @@ class PrometheusSource:
             raise MetricsError("MetricsMissing", f"freshness: Prometheus returned no series "
                                                  f"for {q!r} (no node reports)")
         out: dict[str, float] = {}
+        jobs: dict[str, list[str]] = {}
         for series in result:
             labels = series.get("metric") or {} if isinstance(series, dict) else {}
             node = str(labels.get(self.prom.pod_label) if self.prom.pod_label else labels)
+            jobs.setdefault(node, []).append(str(labels.get("job", "")))
             if node in out:
+                if len(set(jobs[node])) > 1:
+                    raise MetricsError("MetricsDuplicated", f"node {node} is scraped by "
+                                       f"several jobs ({', '.join(sorted(set(jobs[node])))}): "
+                                       "its load would be counted once for each; keep one "
+                                       "scrape of it (a PodMonitor and a ServiceMonitor both?)")
                 raise MetricsError("MetricsMissing", f"freshness: {q!r} returned several "
                                                      f"series for node {node}; it must give "
                                                      "one per node")
+            if self.prom.pod_label and not self.prom.own_pod(self.target, node):
+                raise MetricsError("MetricsForeignPods", f"freshness: {q!r} returned pod "
+                                   f"{node}, not one of {self.target}'s: the load would count "
+                                   "another workload's (an unscoped custom query?)")
             v = _sample(series, "freshness")
             if not math.isfinite(v):
                 raise MetricsError("MetricsMissing", f"freshness: node {node} has no valid "
@@ -313,10 +324,31 @@ class PrometheusSource:
                 raise
             migration = None  # only shown in the status
         load = read + write
+        self._own_load(at_s, load)
         return Snapshot(at_s=at_s, load_rps=load, read_ratio=read / load if load > 0 else 1.0,
                         data_bytes=data, migration_mibps=migration,
                         history_rps=self.history(at_s, steps, step_s), step_s=step_s,
                         nodes=len(nodes))
+
+    def _own_load(self, at_s: float, load: float) -> None:
+        """A custom ``readRps``/``writeRps`` is checked against the preset's per-pod
+        queries, scoped to the target: a total above what the target's own pods serve (10 %
+        and 1 request/s of slack for the rates' different instants) counts other pods
+        (an unscoped query, shared by two policies, counts each one's pods in the other's)
+        or counts a pod twice. Without a pod label, or with custom per-pod queries, there
+        is nothing to check against."""
+        custom = [n for n in ("readRps", "writeRps") if n in self.prom.queries]
+        if not custom or not self.prom.pod_label or \
+                any(n in self.prom.queries for n in ("nodeReadRps", "nodeWriteRps")):
+            return
+        own = sum(v for name in ("nodeReadRps", "nodeWriteRps")
+                  for pod, v in self.vector(name, at_s).items()
+                  if self.prom.own_pod(self.target, pod))
+        if load > own * 1.1 + 1.0:
+            raise MetricsError("MetricsForeignLoad", f"{' and '.join(custom)} give "
+                               f"{load:,.1f} requests/s, the target's own pods "
+                               f"{own:,.1f}: the custom query counts other pods, or a pod "
+                               "twice; scope it to the target's pods")
 
     def history(self, at_s: float, steps: int, step_s: float) -> FloatArray:
         """The client load averaged over each of the last ``steps`` steps (the last ends at

@@ -169,6 +169,10 @@ class Prometheus:
             parts.append(self.selector)
         return ",".join(parts)
 
+    def own_pod(self, target: str, pod: str) -> bool:
+        """Whether ``pod`` is one of the target's (its store's pod-name pattern)."""
+        return re.fullmatch(self.pod_regex.format(name=re.escape(target)), pod) is not None
+
     def defines(self, name: str) -> bool:
         """Whether ``name`` has a query (the spec's own or the preset's)."""
         return name in self.queries or name in PRESETS[self.preset].queries()
@@ -188,7 +192,10 @@ class Prometheus:
                                                  "such metric (set spec.metrics.prometheus."
                                                  f"queries.{name} if yours has)")
         sel = self.scope(namespace, target)
-        by = f"max by ({self.pod_label}) " if self.pod_label else ""
+        # by pod and scrape job: a pod scraped twice (a PodMonitor and a ServiceMonitor)
+        # shows as two series of one pod, which the freshness check refuses (its load would
+        # be summed twice)
+        by = f"max by ({self.pod_label}, job) " if self.pod_label else ""
         return templates[name].format(selector="," + sel if sel else "", selector_=sel,
                                       by=by, scope=sel, pod=self.pod_label,
                                       podle=f"{self.pod_label}, le" if self.pod_label else "le",
