@@ -72,6 +72,8 @@ def agent_subject(subjects: list[dict[str, str]]) -> bool:
 
 
 ON = {"agent.enabled": "true"}
+#: the whole cluster: asked for (the default is the release's own namespace, issue 35)
+ALL = {"watchAllNamespaces": "true"}
 READS = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
          {"apiGroups": ["elastore.io"], "resources": ["elasticpolicies"],
           "verbs": ["get", "list", "watch"]},
@@ -123,9 +125,10 @@ def test_agent_chart_renders_a_daemonset_with_net_admin_only() -> None:
     # the operator's image
     dep = one(docs, "Deployment")
     assert c["image"] == dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    # it reads the release's own namespace by default (the operator's, issue 35)
     assert c["args"] == ["agent", "run", "--node", "$(NODE_NAME)", "--period", "5",
-                         "--metrics-port", "9103", "--log-level", "info",
-                         "--cgroup-root", "/host/sys/fs/cgroup",
+                         "--metrics-port", "9103", "--watch-namespace", "elastore-system",
+                         "--log-level", "info", "--cgroup-root", "/host/sys/fs/cgroup",
                          "--interference-window", "15s"]
     assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}
             } in c["env"]
@@ -169,7 +172,7 @@ def test_agent_chart_interference_values() -> None:
 
 @pytest.mark.k8s
 def test_agent_chart_values_reach_the_daemonset() -> None:
-    docs = render({**ON, "agent.period": "7", "agent.metrics.port": "9200",
+    docs = render({**ON, **ALL, "agent.period": "7", "agent.metrics.port": "9200",
                    "agent.logLevel": "debug", "agent.priorityClassName": "system-node-critical",
                    "agent.nodeSelector.elastore\\.io/store": "cassandra",
                    "agent.tolerations[0].operator": "Exists",
@@ -232,7 +235,7 @@ def test_agent_chart_selectors_never_cross_the_operators() -> None:
 
 @pytest.mark.k8s
 def test_agent_chart_rbac_reads_only() -> None:
-    docs = render(ON)
+    docs = render({**ON, **ALL})
     cr = one(docs, "ClusterRole", AGENT)
     assert cr["rules"] == READS
     crb = one(docs, "ClusterRoleBinding", AGENT)
@@ -245,7 +248,7 @@ def test_agent_chart_rbac_reads_only() -> None:
     bound = [b["metadata"]["name"] for b in of_kind(docs, "ClusterRoleBinding")
              + of_kind(docs, "RoleBinding") if agent_subject(b["subjects"])]
     assert bound == [AGENT]
-    assert not of_kind(render(ON), "Role")
+    assert not of_kind(render({**ON, **ALL}), "Role")
     assert "ServiceAccount" not in {
         d["kind"] for d in render({**ON, "agent.serviceAccount.create": "false"})
         if d["metadata"]["name"] == AGENT}
@@ -362,7 +365,7 @@ def test_agent_chart_installs_with_a_pod_per_node_and_only_reads(cp: ControlPlan
     the agent's ServiceAccount may read pods and policies everywhere and do nothing else;
     helm uninstall leaves nothing of it."""
     release = "bw"
-    install(cp, release)
+    install(cp, release, "--set", "watchAllNamespaces=true")
     ds = get(cp, "daemonset", AGENT, release)
     assert ds["spec"]["template"]["spec"]["hostNetwork"] is True
     pods = wait_until("the DaemonSet's pod on kwok's node", lambda: json.loads(cp.kubectl(
@@ -432,3 +435,82 @@ def test_tenant_the_chart_lets_policies_query_only_the_clusters_services() -> No
     # finding 7: the directories a Swift policy's paths in the pods may lie under
     assert [a for a in args if a.startswith("--pod-path=")] == [
         "--pod-path=/etc/swift", "--pod-path=/srv/node"]
+
+
+# -- a production install's defaults (issue 35) ------------------------------------------------
+def _rules_of(doc: Doc) -> set[tuple[str, str]]:
+    return {(g, r) for rule in doc.get("rules") or [] for g in rule["apiGroups"]
+            for r in rule["resources"]}
+
+
+@pytest.mark.k8s
+def test_tenant_the_default_install_grants_exec_and_secrets_in_its_own_namespace_only(
+        ) -> None:
+    """No ClusterRole of the default install has pods/exec or secrets: those are a Role in
+    the release's namespace (or in watchNamespaces); the whole cluster only when asked."""
+    docs = render({**ON})
+    for cr in of_kind(docs, "ClusterRole"):
+        assert not {("", "pods/exec"), ("", "secrets")} & _rules_of(cr), cr["metadata"]
+    roles = [r for r in of_kind(docs, "Role") if r["metadata"]["name"] == "bw-elastore"]
+    assert [r["metadata"]["namespace"] for r in roles] == ["elastore-system"]
+    assert {("", "pods/exec"), ("", "secrets")} <= _rules_of(roles[0])
+    dep = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=elastore-system" in dep
+    agent = one(docs, "DaemonSet", AGENT)["spec"]["template"]["spec"]["containers"][0]
+    assert agent["args"][agent["args"].index("--watch-namespace") + 1] == "elastore-system"
+    asked = render({**ON, **ALL})
+    cluster = one(asked, "ClusterRole", "bw-elastore")
+    assert {("", "pods/exec"), ("", "secrets")} <= _rules_of(cluster)
+    assert not [a for a in one(asked, "Deployment")["spec"]["template"]["spec"][
+        "containers"][0]["args"] if a.startswith("--namespace")]
+
+
+@pytest.mark.k8s
+def test_tenant_two_replicas_are_spread_and_kept_and_releases_do_not_share_a_peering(
+        ) -> None:
+    docs = render()
+    dep = one(docs, "Deployment")
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1,
+                           "selector": {"matchLabels": dep["spec"]["selector"]["matchLabels"]}}
+    anti = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+    term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert not of_kind(render({"replicas": "1"}), "PodDisruptionBudget")
+    # kopf's peering is cluster-wide: named after the release, two never collide
+    names = []
+    for release in ("one", "two"):
+        out = helm("template", release, str(CHART), "--namespace", "x").stdout
+        docs = [d for d in yaml.safe_load_all(out) if d]
+        names.append(one(docs, "ClusterKopfPeering")["metadata"]["name"])
+        args = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert f"--peering={names[-1]}" in args
+    assert names == ["one-elastore", "two-elastore"]
+
+
+@pytest.mark.k8s
+def test_tenant_the_operators_pod_passes_restricted_and_the_agents_needs_privileged(
+        cp: ControlPlane) -> None:
+    """Pod Security admission on the real API server (a namespace enforcing 'restricted'):
+    the operator's pod, as the chart renders it, is admitted; the agent's (host network,
+    NET_ADMIN) is refused there, as docs/agent.md says: its namespace must be privileged."""
+    ns = "pss-restricted"
+    cp.kubectl("create", "namespace", ns)
+    cp.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    docs = render(ON)
+
+    def pod_of(doc: Doc) -> str:
+        spec = dict(doc["spec"]["template"]["spec"])
+        spec.pop("serviceAccountName", None)  # the SA is not in this namespace
+        return json.dumps({"apiVersion": "v1", "kind": "Pod",
+                           "metadata": {"name": doc["metadata"]["name"], "namespace": ns},
+                           "spec": spec})
+
+    ok = cp.kubectl("create", "--dry-run=server", "-f", "-",
+                    stdin=pod_of(one(docs, "Deployment")), check=False)
+    assert ok.returncode == 0, ok.stderr
+    refused = cp.kubectl("create", "--dry-run=server", "-f", "-",
+                         stdin=pod_of(one(docs, "DaemonSet", AGENT)), check=False)
+    assert refused.returncode != 0 and 'violates PodSecurity "restricted' in refused.stderr, \
+        refused.stderr

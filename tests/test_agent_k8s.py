@@ -65,6 +65,8 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
                               str(REPO / "charts" / "elastore"), "--namespace", RELEASE,
                               "--create-namespace", "--kubeconfig", str(cp.kubeconfig),
                               "--set", "replicas=0", "--set", "agent.enabled=true",
+                              # cluster-wide, asked for: a test below revokes its binding
+                              "--set", "watchAllNamespaces=true",
                               "--set", f"peering.name={RELEASE}"],
                              capture_output=True, text=True, check=False)
         assert res.returncode == 0, f"helm install: {res.stderr}"

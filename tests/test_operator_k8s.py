@@ -412,7 +412,8 @@ def test_the_chart_installs_and_its_rbac_is_enough(cp: ControlPlane, prom: Prome
                           str(Path(__file__).resolve().parent.parent / "charts" / "elastore"),
                           "--namespace", "elastore-system", "--create-namespace",
                           "--kubeconfig", str(cp.kubeconfig), "--set",
-                          "peering.name=elastore-chart", "--wait", "--timeout", "120s"],
+                          "peering.name=elastore-chart", "--set", "watchAllNamespaces=true",
+                          "--wait", "--timeout", "120s"],
                          capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr
     dep = get(cp, "deployment", "elastore", "elastore-system")

@@ -6,6 +6,25 @@
 {{- end -}}
 {{- end -}}
 
+{{- /*
+The namespaces whose ElasticPolicies the release serves, as a JSON list; [] means the whole
+cluster, and only watchAllNamespaces gives that. Default: the release's own namespace.
+*/ -}}
+{{- define "elastore.watched" -}}
+{{- if .Values.watchAllNamespaces -}}
+[]
+{{- else if .Values.watchNamespaces -}}
+{{ toJson .Values.watchNamespaces }}
+{{- else -}}
+{{ toJson (list .Release.Namespace) }}
+{{- end -}}
+{{- end -}}
+
+{{- /* the ClusterKopfPeering the replicas share: one per release by default */ -}}
+{{- define "elastore.peering" -}}
+{{- default (include "elastore.fullname" .) .Values.peering.name -}}
+{{- end -}}
+
 {{- define "elastore.serviceAccountName" -}}
 {{- default (include "elastore.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
