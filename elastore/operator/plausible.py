@@ -6,9 +6,11 @@ every tick into an InternalError (a deadline in the year 13706), and one history
 1e300 made the forecast ask for ``replicas.max``. So, before anything is decided on them:
 
 * **the data** a cluster holds is at most what its volumes can: ``nodes x`` the
-  volumeClaimTemplate's size, with :data:`VOLUME_SLACK` for provisioners that round up (or
-  :data:`MAX_NODE_BYTES` a node when the size is unknown). More is ``MetricsImplausible``:
-  no decision, as for a missing metric;
+  volumeClaimTemplate's size times :data:`VOLUME_SLACK` (or :data:`MAX_NODE_BYTES` a node
+  when the size is unknown). More is ``MetricsImplausible``: no decision, as for a missing
+  metric. The slack is wide on purpose: a claim's size is what it asked for, and it may be
+  bound to a larger volume (a static PV, a provisioner that rounds up), so only what no
+  volume of that claim can hold is refused;
 * **the load** now is at most :data:`MAX_RPS`; above it, ``MetricsImplausible``;
 * **a history sample** above :data:`MAX_RPS` (or below 0) is a gap (NaN), as a sample
   Prometheus does not have, and is counted in the decision's reason;
@@ -33,8 +35,8 @@ from elastore.units import GIB
 MAX_RPS = 1e9
 #: bytes a node may hold when its volume size is unknown: 1 PiB
 MAX_NODE_BYTES = 1024.0**5
-#: a provisioner may give more than the claim asked for (rounding up to its unit)
-VOLUME_SLACK = 1.5
+#: a claim may be bound to more than it asked for (a static PV, a provisioner's unit)
+VOLUME_SLACK = 10.0
 #: MiB/s of streaming per cluster shown in the status (10^5 MiB/s ~ 840 Gbit/s)
 MAX_MIBPS = 1e5
 
