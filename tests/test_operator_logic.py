@@ -258,7 +258,7 @@ def test_partial_default_queries_are_scoped_to_the_targets_pods() -> None:
     assert p is not None
     for name in ("readRps", "writeRps", "dataBytes", "migrationMiBps", "freshness"):
         assert 'namespace="shop",pod=~"cass\\\\.v2-[0-9]+"' in p.query(name, "shop", "cass.v2")
-    assert p.query("freshness", "shop", "cass").startswith("max by (pod) (timestamp(")
+    assert p.query("freshness", "shop", "cass").startswith("max by (pod, job) (timestamp(")
     own = parse(spec_with(metrics={"prometheus": {
         "url": "http://p", "namespaceLabel": "kubernetes_namespace", "podLabel": ""}}))
     assert own.prometheus is not None

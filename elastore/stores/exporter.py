@@ -21,7 +21,7 @@ Templates are :meth:`str.format` strings: ``{selector}`` becomes ``,<matchers>``
 target's namespace and pods and ``spec.metrics.prometheus.selector``) or ``""``;
 ``{scope}`` the matchers alone; ``{pod}`` the pod label (``""``: no per-node split);
 ``{podle}`` ``<pod>, le`` or ``le`` (a histogram's per-node buckets); ``{by}``
-``max by (<pod>) `` or ``""``; ``{pct}`` 95 or 99; ``{q}`` 0.95 or 0.99; ``{rf}`` the
+``max by (<pod>, job) `` or ``""``; ``{pct}`` 95 or 99; ``{q}`` 0.95 or 0.99; ``{rf}`` the
 target's replication factor; ``{window}`` the range of every ``rate()``
 (``spec.metrics.prometheus.rateWindow``, ``1m`` by default). Literal braces are doubled.
 """
