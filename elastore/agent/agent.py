@@ -37,8 +37,6 @@ from elastore.actuators.tc import (
     ifb_name,
 )
 from elastore.agent.desired import (
-    DATACENTER,
-    STATEFULSET,
     Owners,
     PodTarget,
     Problem,
@@ -64,13 +62,16 @@ class ApiReader(Protocol):
 
 
 def read_owners(reader: ApiReader, policies: list[dict[str, Any]]) -> Owners:
-    """The targets of the policies that ask for shaping, and for a CassandraDatacenter the
-    StatefulSets of its namespace: what a pod's owner chain is checked against."""
+    """The targets of the policies that ask for shaping, and, for a target whose pods a
+    StatefulSet of its own runs (cass-operator's), the StatefulSets of its namespace: what a
+    pod's owner chain is checked against."""
+    from elastore.stores.registry import by_kind
+
     keys = to_read(policies)
     targets = {k: reader.target(*k) for k in keys}
-    statefulsets = {ns: reader.statefulsets(ns)
-                    for ns in dict.fromkeys(ns for ns, kind, _ in keys if kind == DATACENTER)}
-    return Owners(targets, statefulsets)
+    hop = dict.fromkeys(ns for ns, kind, _ in keys
+                        if (s := by_kind(kind)) is not None and not s.owns_pods)
+    return Owners(targets, {ns: reader.statefulsets(ns) for ns in hop})
 
 
 class KubeReader:
@@ -105,21 +106,20 @@ class KubeReader:
         return [api.sanitize_for_serialization(p) for p in items]
 
     def target(self, namespace: str, kind: str, name: str) -> dict[str, Any] | None:
-        """The target object (None: not found, or its kind is not served here)."""
+        """The target object, read at its store's API (None: not found, or no store serves
+        its kind)."""
         from kubernetes.client.exceptions import ApiException
 
-        from elastore.actuators.ports import CASSDC_API
+        from elastore.stores.registry import by_kind
 
+        store = by_kind(kind)
+        if store is None:
+            return None
+        group, version, plural = store.api
         try:
-            if kind == STATEFULSET:
-                apps: Any = self.apps
-                obj = apps.read_namespaced_stateful_set(name, namespace,
-                                                        _request_timeout=self.timeout_s)
-                return dict(apps.api_client.sanitize_for_serialization(obj))
-            custom: Any = self.custom
+            custom: Any = self.custom  # any API's objects, the built-in ones too
             return dict(custom.get_namespaced_custom_object(
-                CASSDC_API[0], CASSDC_API[1], namespace, CASSDC_API[2], name,
-                _request_timeout=self.timeout_s))
+                group, version, namespace, plural, name, _request_timeout=self.timeout_s))
         except ApiException as exc:
             if exc.status == 404:
                 return None

@@ -13,7 +13,8 @@ against what it cannot change before a pod is shaped:
 * the policy's **target** opted in as the operator's guard wants it (labelled
   ``elastore.io/managed=true``; a StatefulSet not controlled by anything else);
 * the **pod is the target's**: its controller is the target StatefulSet (the same UID), or,
-  for a CassandraDatacenter, a StatefulSet that datacenter controls;
+  where the target's store runs its pods through StatefulSets of its own (cass-operator's
+  CassandraDatacenter: ``owns_pods`` in the registry), a StatefulSet the target controls;
 * the **split is within the spec**: the link total is ``spec.bandwidth.nodeMbit``, the ports
   are the spec's, and each class keeps at least BwMan's own floor (clients 1 Mbit/s, storage
   the gossip margin, 0.5 Mbit/s), so a forged 0.002 Mbit/s starves nothing.
@@ -28,8 +29,9 @@ from typing import Any
 from elastore.actuators.ports import MANAGED_LABEL
 from elastore.actuators.tc import PodRates, Ports
 
-#: the kinds of target whose pods the agent can tell by their owners
-STATEFULSET, DATACENTER = "StatefulSet", "CassandraDatacenter"
+#: a pod's controller, for every store: its owner chain leads to the target from there
+#: (the target's registry line says how: :attr:`elastore.stores.registry.Store.owns_pods`)
+STATEFULSET = "StatefulSet"
 #: BwMan's floors (elastore.planner.bwman.BwManConfig): a split below them is not the
 #: operator's
 MIN_CLIENT_MBIT = 1.0
@@ -104,9 +106,12 @@ def controller(obj: dict[str, Any]) -> dict[str, Any] | None:
 def target_key(policy: dict[str, Any]) -> tuple[str, str, str] | None:
     """``(namespace, kind, name)`` of the policy's target as its spec names it (None: it
     names none the agent knows)."""
+    from elastore.stores.registry import by_kind
+
     tgt = (policy.get("spec") or {}).get("target") or {}
     kind, name = tgt.get("kind", STATEFULSET), tgt.get("name")
-    if kind not in (STATEFULSET, DATACENTER) or not isinstance(name, str) or not name:
+    if not isinstance(kind, str) or by_kind(kind) is None or not isinstance(name, str) \
+            or not name:
         return None
     return str((policy.get("metadata") or {}).get("namespace", "")), str(kind), name
 
@@ -121,8 +126,11 @@ def _refused(key: tuple[str, str, str], obj: dict[str, Any] | None) -> Problem |
     if labels.get(MANAGED_LABEL) != "true":
         return Problem("NotOptedIn", f"{ref} is not labelled {MANAGED_LABEL}=true: the "
                                      "agent shapes only a target that opts in")
+    from elastore.stores.registry import by_kind
+
     owner = controller(obj)
-    if kind == STATEFULSET and owner is not None:
+    store = by_kind(kind)
+    if store is not None and store.owns_pods and owner is not None:
         return Problem("OwnedByController", f"{ref} is controlled by {owner.get('kind')} "
                                             f"{owner.get('name')}: not shaped")
     return None
@@ -130,20 +138,24 @@ def _refused(key: tuple[str, str, str], obj: dict[str, Any] | None) -> Problem |
 
 def _owned(pod: dict[str, Any], key: tuple[str, str, str], target: dict[str, Any],
            statefulsets: list[dict[str, Any]]) -> bool:
-    """Whether the pod's controller is the target (through its StatefulSet for a
-    CassandraDatacenter), by UID: a name in the status says nothing of whose pod it is."""
+    """Whether the pod's controller is the target (or, where the target's store runs its
+    pods through StatefulSets of its own, a StatefulSet the target controls), by UID: a name
+    in the status says nothing of whose pod it is."""
+    from elastore.stores.registry import by_kind
+
     ref = controller(pod)
-    if ref is None or ref.get("kind") != STATEFULSET:
+    store = by_kind(key[1])
+    if ref is None or ref.get("kind") != STATEFULSET or store is None:
         return False
     uid = str((target.get("metadata") or {}).get("uid") or "")
     if not uid:
         return False
-    if key[1] == STATEFULSET:
+    if store.owns_pods:
         return str(ref.get("uid")) == uid
     sts = next((s for s in statefulsets
                 if (s.get("metadata") or {}).get("uid") == ref.get("uid")), None)
-    dc = controller(sts) if sts is not None else None
-    return dc is not None and dc.get("kind") == DATACENTER and str(dc.get("uid")) == uid
+    up = controller(sts) if sts is not None else None
+    return up is not None and up.get("kind") == key[1] and str(up.get("uid")) == uid
 
 
 def within_spec(policy: dict[str, Any], asked: dict[str, tuple[PodRates, Ports]]) -> None:

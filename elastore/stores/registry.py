@@ -29,6 +29,11 @@ class Store:
     #: the target's pod names, as a PromQL regex (``{name}``: the target's name, regex-
     #: escaped): the default queries' scope to its own pods
     pods: str = "{name}-[0-9]+"
+    #: the target's API (group, version, plural): where the node agent reads it
+    api: tuple[str, str, str] = ("apps", "v1", "statefulsets")
+    #: whether the pods' controller is the target itself (a StatefulSet); else a
+    #: StatefulSet that the target controls (cass-operator's), one hop up the owner chain
+    owns_pods: bool = True
 
 
 #: every store and kind of target a policy may name
@@ -43,7 +48,8 @@ STORES: tuple[Store, ...] = (
           "spec.size in rack-balanced steps; cass-operator adds and decommissions nodes",
           # cass-operator's pods: <cluster>-<datacenter>-<rack>-sts-<ordinal>
           # (pkg/reconciliation/construct_statefulset.go, NewStatefulSetName)
-          pods=".+-{name}-.+-sts-[0-9]+"),
+          pods=".+-{name}-.+-sts-[0-9]+",
+          api=("cassandra.datastax.com", "v1beta1", "cassandradatacenters"), owns_pods=False),
     Store("swift", "swift", "StatefulSet", "elastore.stores.swift.driver:SwiftDriver",
           "elastore.stores.swift.presets:PRESETS", "swift-statsd",
           "rings and replicas: add the device; drain, remove it, then replicas down"),
@@ -58,6 +64,12 @@ def store_names() -> tuple[str, ...]:
 def target_kinds() -> tuple[str, ...]:
     """``spec.target.kind``'s enum (in the order first declared)."""
     return tuple(dict.fromkeys(s.kind for s in STORES))
+
+
+def by_kind(kind: str) -> Store | None:
+    """The first store whose targets are of ``kind`` (a kind's API and owner chain are the
+    same for every store that serves it)."""
+    return next((s for s in STORES if s.kind == kind), None)
 
 
 def entry(store: str, kind: str) -> Store | None:
