@@ -36,7 +36,10 @@ log = logging.getLogger("elastore.k8s")
 K8S_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
-BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd", "kwok")
+# the kubelet runs the real node (testbed/node.py): v1.36.3 like the control plane, whose kubelet
+# still runs on cgroup v1 when told `failCgroupV1: false` (these machines mount cgroup v1)
+KUBE_CMDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet")
+BINARIES = (*KUBE_CMDS, "etcd", "kwok")
 
 
 def cache_root() -> Path:
@@ -89,7 +92,7 @@ def _go_directives(gomod: str) -> list[str]:
             if re.match(r"^\s*(go|godebug)\s", ln) and "=>" not in ln]
 
 
-def _build_kubernetes(go: str, work: Path, out: Path) -> None:
+def _build_kubernetes(go: str, work: Path, out: Path, cmds: tuple[str, ...]) -> None:
     mod = work / "k8s"
     mod.mkdir()
     info = json.loads(_run([go, "mod", "download", "-json",
@@ -100,7 +103,6 @@ def _build_kubernetes(go: str, work: Path, out: Path) -> None:
              f"require k8s.io/kubernetes v{K8S_VERSION}", "",
              *staging_replaces(upstream, K8S_VERSION), ""]
     (mod / "go.mod").write_text("\n".join(lines))
-    cmds = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
     (mod / "tools.go").write_text(
         "//go:build tools\n\npackage tools\n\nimport (\n"
         + "".join(f'\t_ "k8s.io/kubernetes/cmd/{c}"\n' for c in cmds) + ")\n")
@@ -227,9 +229,10 @@ def ensure_binaries(progress: Callable[[str], None] | None = None) -> Path:
                 if (out / b).is_file():
                     shutil.copy2(out / b, staging / b)
         todo = [b for b in BINARIES if not (staging / b).is_file()]
-        if {"kube-apiserver", "kube-controller-manager", "kube-scheduler"} & set(todo):
-            _build_kubernetes(go, work, staging)
-            say("built kube-apiserver, kube-controller-manager, kube-scheduler")
+        kube = tuple(c for c in KUBE_CMDS if c in todo)
+        if kube:
+            _build_kubernetes(go, work, staging, kube)
+            say(f"built {', '.join(kube)}")
         if "etcd" in todo:
             _build_etcd(go, work, staging)
             say("built etcd")
