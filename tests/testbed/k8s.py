@@ -14,6 +14,7 @@ the published ``k8s.io/<x> v0.<minor>.<patch>`` instead.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -349,6 +350,16 @@ class ControlPlane:
 
     root: Path
     exec_config: str = ""
+    #: kwok and its fake node; False for a control plane whose only node is a real one
+    #: (testbed.node), so that nothing is scheduled onto a node without a kubelet
+    fake_node: bool = True
+    #: the unix socket of an HTTP CONNECT proxy the API server dials nodes and pods through
+    #: (its egress selector's "cluster"): a real node's addresses exist only in its
+    #: namespace
+    egress_proxy: str = ""
+    #: the API server's audit log of ``pods/exec`` (``audit.log``): what ran in which pod,
+    #: as the API server saw it, whatever node or runtime serves the pod
+    audit_exec: bool = False
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     apiserver_port: int = 0
     kwok_port: int = 0
@@ -360,6 +371,29 @@ class ControlPlane:
     @property
     def kubeconfig(self) -> Path:
         return self.root / "admin.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "audit.log"
+
+    def execs(self) -> list[tuple[str, str, list[str]]]:
+        """(namespace, pod, command) of every ``pods/exec`` the audit log holds, in order
+        (``audit_exec``)."""
+        import urllib.parse
+
+        out, seen = [], set()
+        if self.audit_log.exists():
+            for line in self.audit_log.read_text().splitlines():
+                with contextlib.suppress(ValueError, KeyError):
+                    ev = json.loads(line)
+                    # an exec is long-running: ResponseStarted, then ResponseComplete
+                    if ev["auditID"] in seen:
+                        continue
+                    seen.add(ev["auditID"])
+                    ref = ev["objectRef"]
+                    query = urllib.parse.parse_qs(urllib.parse.urlsplit(ev["requestURI"]).query)
+                    out.append((ref["namespace"], ref["name"], query.get("command", [])))
+        return out
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         logf = (self.root / f"{name}.log").open("ab")
@@ -388,8 +422,23 @@ class ControlPlane:
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
             "--initial-cluster", f"default=http://127.0.0.1:{peer_port}",
             "--unsafe-no-fsync", "--log-level", "warn"])
+        egress = []
+        if self.egress_proxy:
+            (self.root / "egress.yaml").write_text(
+                "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\n"
+                "egressSelections:\n- name: cluster\n  connection:\n"
+                "    proxyProtocol: HTTPConnect\n    transport:\n      uds:\n"
+                f"        udsName: {self.egress_proxy}\n")
+            egress = [f"--egress-selector-config-file={self.root / 'egress.yaml'}"]
+        if self.audit_exec:
+            (self.root / "audit-policy.yaml").write_text(
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
+                "rules:\n- level: Metadata\n  resources: [{group: '', resources: [pods/exec]}]\n"
+                "- level: None\n")
+            egress += [f"--audit-policy-file={self.root / 'audit-policy.yaml'}",
+                       f"--audit-log-path={self.audit_log}"]
         self._spawn("kube-apiserver", [
-            str(b / "kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{etcd_port}",
+            str(b / "kube-apiserver"), *egress, f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             f"--secure-port={self.apiserver_port}", "--authorization-mode=RBAC",
             f"--client-ca-file={pki / 'ca.crt'}", f"--tls-cert-file={pki / 'apiserver.crt'}",
@@ -413,6 +462,10 @@ class ControlPlane:
         self._spawn("kube-scheduler", [
             str(b / "kube-scheduler"), f"--kubeconfig={self.kubeconfig}",
             "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}"])
+        if not self.fake_node:
+            say("control plane up: etcd, kube-apiserver, kube-controller-manager, "
+                "kube-scheduler (no kwok: a real node joins)")
+            return self
         stages = self.root / "kwok-stages.yaml"
         stages.write_text(kwok_stages())
         argv = [str(b / "kwok"), f"--kubeconfig={self.kubeconfig}", "--manage-all-nodes=false",
