@@ -414,7 +414,8 @@ ordinal 0 seeds itself, the others seed ``<statefulset>-0``, whose IP they read 
 Kubernetes API with the pod's service-account token (the test cluster has no DNS), retrying
 until it has one. CASSANDRA_SEEDS overrides the seeds. CLUSTER_NAME (default elastore),
 HEAP_SIZE (default 256M), NUM_TOKENS (16), RING_DELAY_MS (3000). Data, commit log and the
-written config live under /var/lib/cassandra (the PVC).
+written config live under /var/lib/cassandra (the PVC). SERVICE_ACCOUNT_DIR: where the
+token, ca.crt and namespace are (the usual mount when unset).
 """
 import json
 import os
@@ -425,7 +426,7 @@ import urllib.request
 
 HOME = "/opt/cassandra"
 DATA = os.environ.get("CASSANDRA_DATA", "/var/lib/cassandra")
-SA = "/var/run/secrets/kubernetes.io/serviceaccount"
+SA = os.environ.get("SERVICE_ACCOUNT_DIR", "/var/run/secrets/kubernetes.io/serviceaccount")
 FLAGS = json.loads(@FLAGS@)
 EXPORTER_PORT = @EXPORTER_PORT@
 JMX_PORT = @JMX_PORT@
@@ -538,6 +539,15 @@ if __name__ == "__main__":
 '''
 
 
+def entrypoint_script() -> str:
+    """/opt/cassandra/bin/entrypoint.py of the Cassandra image (standard library only)."""
+    from elastore.lab.cassandra import nodes
+
+    return (ENTRYPOINT.replace("@FLAGS@", repr(json.dumps(nodes.JAVA_MODULE_FLAGS)))
+            .replace("@EXPORTER_PORT@", str(EXPORTER_PORT))
+            .replace("@JMX_PORT@", str(JMX_PORT)))
+
+
 def _cassandra_tree(dst: Path) -> None:
     """/opt/cassandra of the image, from the lab's jars: lib/, agent/, conf/, bin/."""
     from elastore.lab.cassandra import nodes
@@ -557,9 +567,7 @@ def _cassandra_tree(dst: Path) -> None:
     (dst / "conf" / "logback.xml").write_text(LOGBACK)
     flags = " ".join(nodes.JAVA_MODULE_FLAGS)
     (dst / "bin" / "nodetool").write_text(NODETOOL.format(flags=flags, jmx=JMX_PORT))
-    (dst / "bin" / "entrypoint.py").write_text(
-        ENTRYPOINT.replace("@FLAGS@", repr(json.dumps(nodes.JAVA_MODULE_FLAGS)))
-        .replace("@EXPORTER_PORT@", str(EXPORTER_PORT)).replace("@JMX_PORT@", str(JMX_PORT)))
+    (dst / "bin" / "entrypoint.py").write_text(entrypoint_script())
     for f in (dst / "bin").iterdir():
         f.chmod(0o755)
     for f in [*(dst / "conf").iterdir(), dst / "classpath"]:
