@@ -10,12 +10,13 @@ FORECAST_VENV := .venv-forecast
 FORECAST_STAMP := $(FORECAST_VENV)/.installed
 MSTL_TESTS := tests/test_predictor_mstl.py
 
-.PHONY: demo test test-setup lab-check lint typecheck unit lab-deps k8s-deps clean help
+.PHONY: demo test test-setup lab-check lint typecheck unit lab-deps k8s-deps image image-deps clean help
 
 help:
 	@echo "make demo   - create .venv, install, run the main job (elastore simulate) on the built-in default trace"
 	@echo "make test   - install everything the suites need, then lint, type-check and test the mechanisms (CI)"
 	@echo "make lab-check - the lab's measurements (hours): each writes experiments/*/results.json"
+	@echo "make image  - build the operator's image here, offline, on a local Debian base (podman; IMAGE=elastore|cassandra|sandbox|all)"
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "elastore needs Python >= 3.11"'
@@ -68,6 +69,24 @@ k8s-deps: $(TEST_STAMP)
 	PYTHONPATH=tests $(BIN)/python -c 'from testbed.k8s import ensure_binaries, ensure_helm, cass_operator_crd; \
 	  print("kubernetes test binaries:", ensure_binaries(print)); print("helm:", ensure_helm(print)); \
 	  print("cass-operator CRD:", cass_operator_crd())'
+
+# the images of the real node (tests/testbed/images.py): podman with runc (crun refuses the
+# machine's cgroup v1), debootstrap for the local Debian bases (no registry is reachable),
+# containerd and the CNI plugins for the kubelet, buildah's tools. `make image` builds the
+# operator's image from the top-level Dockerfile on a local base, its wheels fetched first
+# (every RUN is offline); IMAGE=cassandra|sandbox|all for the others.
+IMAGE ?= elastore
+IMAGE_PKGS := podman runc debootstrap containerd containernetworking-plugins buildah
+image-deps:
+	@missing=$$(for p in $(IMAGE_PKGS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | \
+	  grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends $$missing; fi
+
+# (the tool needs only the standard library and the checkout: no install into the venv, whose
+# pip only fetches the image's wheels)
+image: image-deps | $(VENV)/bin/python
+	PYTHONPATH=.:tests $(BIN)/python -m testbed.images $(IMAGE)
 
 # Two tiers (docs/testing.md). `make test` (CI) tests mechanisms: lint, types, the MSTL
 # baseline's tests (in .venv-forecast: statsforecast needs pandas < 3, the package runs on

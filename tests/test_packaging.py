@@ -52,11 +52,12 @@ def _ignored(rel: str, patterns: list[str]) -> bool:
 
 
 def _copied() -> list[str]:
-    """What the Dockerfile's COPY lines take from the build context."""
+    """What the Dockerfile's COPY lines take from the build context (a ``COPY --from``
+    takes from an earlier stage, not the context)."""
     out = []
     for line in (REPO / "Dockerfile").read_text().splitlines():
         words = line.split()
-        if words and words[0] == "COPY":
+        if words and words[0] == "COPY" and not [w for w in words if w.startswith("--from")]:
             out += [w for w in words[1:-1] if not w.startswith("--")]
     return out
 
