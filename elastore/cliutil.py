@@ -8,12 +8,14 @@ import json
 import logging
 import sys
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import pandas as pd
 
 from elastore.errors import ElastoreError
+
+if TYPE_CHECKING:  # pandas costs ~50 MB and 0.25 s: the node agent's CLI never needs it
+    import pandas as pd
 
 log = logging.getLogger("elastore")
 
@@ -72,6 +74,8 @@ class When(click.ParamType):  # type: ignore[type-arg]
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None
                 ) -> pd.Timestamp:
+        import pandas as pd
+
         if isinstance(value, pd.Timestamp):
             return value
         text = str(value).strip()

@@ -90,8 +90,8 @@ def test_agent_values_are_off_by_default_and_small() -> None:
     assert agent["period"] == 5 and agent["metrics"]["port"] == 9103
     assert agent["podMonitor"]["enabled"] is False and agent["service"] is True
     assert agent["serviceAccount"] == {"create": True, "name": ""}
-    assert agent["resources"] == {"requests": {"cpu": "20m", "memory": "64Mi"},
-                                  "limits": {"memory": "128Mi"}}
+    assert agent["resources"] == {"requests": {"cpu": "20m", "memory": "160Mi"},
+                                  "limits": {"memory": "256Mi"}}
     assert agent["tolerations"] == [] and agent["priorityClassName"] == ""
     assert agent["logLevel"] == "info"
     assert agent["interference"] == {"enabled": True, "window": "15s", "perfmon": False}
@@ -136,8 +136,8 @@ def test_agent_chart_renders_a_daemonset_with_net_admin_only() -> None:
                            "protocol": "TCP"}]
     for probe in ("livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
-    assert c["resources"] == {"requests": {"cpu": "20m", "memory": "64Mi"},
-                              "limits": {"memory": "128Mi"}}
+    assert c["resources"] == {"requests": {"cpu": "20m", "memory": "160Mi"},
+                              "limits": {"memory": "256Mi"}}
     # a read-only root: the only writable path is an emptyDir; the host's cgroup tree is
     # read-only too (the interference probe)
     assert c["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"},

@@ -221,8 +221,10 @@ def test_one_cassandra_node_comes_up_and_exports_what_the_operator_reads(
 
 def test_the_statefulset_manifest() -> None:
     cassandra_image = "localhost/elastore-cassandra:5.0.4-0123456789ab"
-    docs = list(yaml.safe_load_all(images.cassandra_statefulset(
-        "cass", "ns1", 3, "elastore-test", "1Gi", cassandra_image)))
+    doc = yaml.safe_load(images.cassandra_statefulset(
+        "cass", "ns1", 3, "elastore-test", "1Gi", cassandra_image))
+    assert doc["kind"] == "List"  # what kubectl apply -f - reads as one JSON document
+    docs = doc["items"]
     kinds = [d["kind"] for d in docs]
     assert kinds == ["Service", "ServiceAccount", "Role", "RoleBinding", "StatefulSet"], kinds
     sts = docs[-1]

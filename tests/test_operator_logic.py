@@ -711,3 +711,32 @@ def test_calibration_steps_set_how_long_a_surge_widens_the_scenarios() -> None:
     assert forgotten == pytest.approx(300, rel=0.05), forgotten
     with pytest.raises(SpecError, match="calibrationSteps"):
         parse(spec_with(metrics=PROM, prediction={"calibrationSteps": 20}))
+
+
+def test_in_cluster_login_uses_the_address_the_kubelet_gives_not_the_clusters_dns(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """kopf's service-account login names https://kubernetes.default.svc (cluster DNS);
+    the operator's uses KUBERNETES_SERVICE_HOST/PORT, as client-go does (issue 36: the
+    real node has no DNS, and the operator's pods never reached the API server)."""
+    import kopf
+
+    from elastore.operator import handlers
+
+    assert handlers.in_cluster_server({}) is None
+    assert handlers.in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}) is None
+    assert handlers.in_cluster_server({"KUBERNETES_SERVICE_HOST": "10.0.0.1",
+                                       "KUBERNETES_SERVICE_PORT": "443"}) == \
+        "https://10.0.0.1:443"
+    assert handlers.in_cluster_server({"KUBERNETES_SERVICE_HOST": "fd00::1",
+                                       "KUBERNETES_SERVICE_PORT": "6443"}) == \
+        "https://[fd00::1]:6443"
+    sa = kopf.ConnectionInfo(server="https://kubernetes.default.svc", token="t",
+                             ca_path=str(tmp_path / "ca.crt"))
+    monkeypatch.setattr(kopf, "login_with_service_account", lambda **_: sa)
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    got = handlers.login()
+    assert got.server == "https://10.0.0.1:443" and got.token == "t" and \
+        got.ca_path == sa.ca_path
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST")  # a pod without it: kopf's own answer
+    assert handlers.login() is sa

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import yaml
 from testbed.node import (
@@ -12,6 +13,7 @@ from testbed.node import (
     NODE_ADDR,
     cni_config,
     containerd_config,
+    discovered_targets,
     kubelet_config,
     node_address,
     prometheus_config,
@@ -46,10 +48,32 @@ def test_the_runtime_and_the_kubelet_keep_to_the_runs_directory() -> None:
     assert k["imageGCHighThresholdPercent"] == 100  # no registry to pull a collected image
 
 
-def test_prometheus_discovers_annotated_pods_through_the_api_servers_address() -> None:
-    doc = yaml.safe_load(prometheus_config(Path("/pki"), {"loadgen": "10.245.0.1:9600"}))
+def test_prometheus_scrapes_what_the_discovery_file_lists() -> None:
+    doc = yaml.safe_load(prometheus_config(Path("/d/targets.json"),
+                                           {"loadgen": "10.245.0.1:9600"}))
     jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
-    pods = jobs["kubernetes-pods"]
-    assert pods["kubernetes_sd_configs"][0]["api_server"] == f"https://{API_VIP}:443"
-    assert {"namespace", "pod"} <= {r.get("target_label") for r in pods["relabel_configs"]}
+    assert jobs["kubernetes-pods"]["file_sd_configs"][0]["files"] == ["/d/targets.json"]
+    assert jobs["kubernetes-pods"]["honor_labels"] is True
     assert jobs["loadgen"]["static_configs"][0]["targets"] == ["10.245.0.1:9600"]
+
+
+def _pod(name: str, ip: str, ann: dict[str, str], phase: str = "Running") -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "store", "annotations": ann},
+            "status": {"phase": phase, "podIP": ip}}
+
+
+def test_discovery_finds_annotated_running_pods_and_annotated_services_endpoints() -> None:
+    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": "9500"}
+    pods = [_pod("cass-0", "10.244.0.2", scrape), _pod("web-0", "10.244.0.3", {}),
+            _pod("cass-1", "10.244.0.4", scrape, phase="Pending"),
+            _pod("bad", "10.244.0.5", {"prometheus.io/scrape": "true"})]  # no port
+    svc = [{"metadata": {"name": "agent", "namespace": "store", "annotations": {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "9103",
+        "prometheus.io/path": "/metrics"}}}]
+    eps = [{"metadata": {"name": "agent", "namespace": "store"}, "subsets": [{"addresses": [
+        {"ip": "10.245.0.1", "targetRef": {"name": "agent-x"}}]}]}]
+    got = discovered_targets(pods, svc, eps)
+    assert got == [
+        {"targets": ["10.244.0.2:9500"], "labels": {"namespace": "store", "pod": "cass-0"}},
+        {"targets": ["10.245.0.1:9103"], "labels": {
+            "namespace": "store", "pod": "agent-x", "__metrics_path__": "/metrics"}}]

@@ -20,11 +20,14 @@ Run with ``elastore operator run`` (its flags set the options), or
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import os
 import random
 import threading
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -75,10 +78,28 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: kopf.Logger,
                 f":{opts.metrics_port}" if opts.metrics_port > 0 else "(off)")
 
 
+def in_cluster_server(env: Mapping[str, str]) -> str | None:
+    """The API server's address the kubelet gives every pod (``KUBERNETES_SERVICE_HOST``
+    and ``_PORT``), as client-go's in-cluster configuration reads it; None outside a pod.
+    Pure."""
+    host, port = env.get("KUBERNETES_SERVICE_HOST", ""), env.get("KUBERNETES_SERVICE_PORT", "")
+    if not host or not port.isdigit():
+        return None
+    return f"https://[{host}]:{port}" if ":" in host else f"https://{host}:{port}"
+
+
 @kopf.on.login()
 def login(**kw: Any) -> Any:
-    """In a pod: its ServiceAccount; elsewhere: the kubeconfig ($KUBECONFIG)."""
-    return kopf.login_with_service_account(**kw) or kopf.login_with_kubeconfig(**kw)
+    """In a pod: its ServiceAccount, at the address in the pod's environment. kopf's own
+    service-account login names ``https://kubernetes.default.svc``, which needs the
+    cluster's DNS: a pod whose DNS is down, slow at start, or absent could not reach the
+    API server although the kubelet told it the address (found on the real-node test bed,
+    which has no DNS). Elsewhere: the kubeconfig ($KUBECONFIG)."""
+    info = kopf.login_with_service_account(**kw)
+    server = in_cluster_server(os.environ)
+    if info is not None and server is not None:
+        return dataclasses.replace(info, server=server)
+    return info or kopf.login_with_kubeconfig(**kw)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

@@ -681,8 +681,9 @@ def cassandra_statefulset(name: str, ns: str, replicas: int, storage_class: str,
             }],
         },
     }]
-    # JSON is YAML: one document per object
-    return "---\n".join(json.dumps(d, indent=1) + "\n" for d in docs)
+    # one List: kubectl reads a JSON stream as one document ("---" between JSON objects
+    # is a parse error)
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}, indent=1) + "\n"
 
 
 # --------------------------------------------------------------------------------------------

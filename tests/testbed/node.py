@@ -283,9 +283,16 @@ class RealNode:
         (self.root / "resolv.conf").write_text("")
         self.spawn("containerd", ["containerd", "--config",
                                    str(self.root / "containerd.toml")])
-        wait_for("containerd to answer", lambda: self.check_alive() is None and self.ctr(
-            "version", check=False, timeout=10).returncode == 0, 60, every_s=0.3)
+        def answers() -> bool:
+            self.check_alive()
+            return self.ctr("version", check=False, timeout=10).returncode == 0
+
+        wait_for("containerd to answer", answers, 60, every_s=0.3)
         say(f"real node: containerd up ({time.monotonic() - t0:.1f} s)")
+        from .images import load_into_containerd
+
+        # the sandbox image first: the CRI pulls a missing one from its registry
+        load_into_containerd(self.sandbox_image, str(self.sock), progress=say)
         # the kubelet: its pods' cgroups under a root of its own in every hierarchy
         self.cgroup_root = f"/{self.ns}"
         for c in cgroup_controllers():
@@ -315,10 +322,6 @@ class RealNode:
                        for c in node.get("status", {}).get("conditions", []))
         return False
 
-    def load_image(self, archive: Path) -> None:
-        """Import an image archive (``podman save``) into this node's containerd."""
-        self.ctr("images", "import", "--no-unpack", str(archive))
-
     def pod_veths(self) -> dict[str, str]:
         """Each pod IP of this node -> the node-side veth its /32 route goes through."""
         res = _sh(["ip", "-n", self.ns, "-j", "route", "show"], "reading the node's routes")
@@ -344,6 +347,9 @@ class RealNode:
             doc = self.cp.get_json(f"/api/v1/pods?fieldSelector=spec.nodeName%3D{self.name}")
             return list(doc.get("items", []))
 
+        with contextlib.suppress(Exception):  # first what would make the pods again
+            self.cp.kubectl("delete", "deployments,statefulsets,daemonsets,replicasets,jobs",
+                            "--all", "-A", "--wait=false", check=False)
         with contextlib.suppress(Exception):
             for p in pods():
                 m = p["metadata"]
@@ -423,30 +429,80 @@ class RealNode:
                 self.ctr("tasks", "kill", "-s", "SIGKILL", c, check=False, timeout=20)
 
 
-def prometheus_config(pki: Path, static: dict[str, str]) -> str:
-    """Prometheus as a cluster's usually is: Kubernetes discovery of the pods (and of the
-    Services' endpoints) annotated ``prometheus.io/scrape``, with the ``namespace`` and
-    ``pod`` labels; ``static``: job -> address of other targets in the node's namespace
-    (the load generator). ``honor_labels``: the node agent's series name the store pod
-    they are about (the chart's Service says so)."""
-    tls = (f"{{ca_file: {pki / 'ca.crt'}, cert_file: {pki / 'admin.crt'}, "
-           f"key_file: {pki / 'admin.key'}}}")
-    sd = f"[{{role: ROLE, api_server: 'https://{API_VIP}:443', tls_config: {tls}}}]"
-    relabel = """
-      - source_labels: [__meta_kubernetes_KIND_annotation_prometheus_io_scrape]
-        action: keep
-        regex: "true"
-      - source_labels: [__address__, __meta_kubernetes_KIND_annotation_prometheus_io_port]
-        regex: '([^:]+)(?::\\d+)?;(\\d+)'
-        replacement: '$1:$2'
-        target_label: __address__
-      - source_labels: [__meta_kubernetes_KIND_annotation_prometheus_io_path]
-        regex: '(.+)'
-        target_label: __metrics_path__
-      - source_labels: [__meta_kubernetes_namespace]
-        target_label: namespace
-      - source_labels: [__meta_kubernetes_pod_name]
-        target_label: pod"""
+def discovered_targets(pods: list[dict[str, Any]], services: list[dict[str, Any]],
+                       endpoints: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Prometheus's file_sd targets for what Kubernetes discovery would find by the usual
+    annotations (``prometheus.io/scrape``, ``port``, ``path``): pods annotated so, and the
+    pods behind the endpoints of Services annotated so; each with ``namespace`` and
+    ``pod`` labels. Pure."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def add(ip: str, ann: dict[str, str], ns: str, pod: str) -> None:
+        port = ann.get("prometheus.io/port", "")
+        if ann.get("prometheus.io/scrape") != "true" or not port.isdigit() or not ip:
+            return
+        labels = {"namespace": ns, "pod": pod}
+        if ann.get("prometheus.io/path"):
+            labels["__metrics_path__"] = ann["prometheus.io/path"]
+        out[f"{ip}:{port}"] = {"targets": [f"{ip}:{port}"], "labels": labels}
+
+    for p in pods:
+        st, m = p.get("status") or {}, p["metadata"]
+        if st.get("phase") == "Running":
+            add(st.get("podIP", ""), m.get("annotations") or {}, m["namespace"], m["name"])
+    ann_of = {(s["metadata"]["namespace"], s["metadata"]["name"]):
+              s["metadata"].get("annotations") or {} for s in services}
+    for e in endpoints:
+        ann = ann_of.get((e["metadata"]["namespace"], e["metadata"]["name"]), {})
+        for sub in e.get("subsets") or []:
+            for a in sub.get("addresses") or []:
+                ref = a.get("targetRef") or {}
+                add(a.get("ip", ""), ann, e["metadata"]["namespace"], ref.get("name", ""))
+    return [out[k] for k in sorted(out)]
+
+
+class PodDiscovery:
+    """What Prometheus's Kubernetes discovery does, for Debian's Prometheus (built without
+    it: "field kubernetes_sd_configs not found"): every ``every_s`` it lists the pods,
+    Services and Endpoints through the API server and rewrites a file_sd file, which
+    Prometheus watches. Scraping stays Prometheus's own."""
+
+    def __init__(self, cp: ControlPlane, path: Path, every_s: float = 1.0) -> None:
+        import threading
+
+        self.cp, self.path, self.every_s = cp, path, every_s
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self.write()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def write(self) -> None:
+        items = [self.cp.get_json(f"/api/v1/{k}")["items"]
+                 for k in ("pods", "services", "endpoints")]
+        body = json.dumps(discovered_targets(*items), indent=1)
+        if not self.path.exists() or self.path.read_text() != body:
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text(body)
+            tmp.replace(self.path)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.write()
+            except Exception as exc:  # the API server busy for a moment: the next pass
+                self.errors.append(str(exc))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def prometheus_config(sd_file: Path, static: dict[str, str]) -> str:
+    """Scrape every 2 s what :class:`PodDiscovery` finds (``honor_labels``: the node
+    agent's series name the store pod they are about, as the chart's Service says), and
+    ``static``: job -> address of other targets in the node's namespace (the load
+    generator)."""
     jobs = "".join(f"""  - job_name: {job}
     static_configs: [{{targets: ['{addr}']}}]
 """ for job, addr in static.items())
@@ -454,12 +510,7 @@ def prometheus_config(pki: Path, static: dict[str, str]) -> str:
 scrape_configs:
   - job_name: kubernetes-pods
     honor_labels: true
-    kubernetes_sd_configs: {sd.replace('ROLE', 'pod')}
-    relabel_configs:{relabel.replace('KIND', 'pod')}
-  - job_name: kubernetes-service-endpoints
-    honor_labels: true
-    kubernetes_sd_configs: {sd.replace('ROLE', 'endpoints')}
-    relabel_configs:{relabel.replace('KIND', 'service')}
+    file_sd_configs: [{{files: ['{sd_file}'], refresh_interval: 5s}}]
 {jobs}"""
 
 
@@ -479,7 +530,8 @@ def start_prometheus(node: RealNode, static: dict[str, str] | None = None) -> No
     d = node.root / "prometheus"
     d.mkdir(parents=True, exist_ok=True)
     cfg = d / "prometheus.yml"
-    cfg.write_text(prometheus_config(node.cp.root / "pki", static or {}))
+    node.relays.append(PodDiscovery(node.cp, d / "targets.json"))
+    cfg.write_text(prometheus_config(d / "targets.json", static or {}))
     node.spawn("prometheus", [binary, f"--config.file={cfg}",
                               f"--web.listen-address=0.0.0.0:{PROMETHEUS_PORT}",
                               f"--storage.tsdb.path={d / 'tsdb'}", "--log.level=warn"])

@@ -1,0 +1,485 @@
+"""End to end on a real node, installed as a user installs it (issue 36).
+
+* The images are built here (testbed.images: the operator's from the Dockerfile on a local
+  Debian base, Cassandra's from Debian's JRE and the lab's jars) and loaded into the node's
+  containerd; nothing is pulled (``imagePullPolicy: Never``).
+* The node is a real kubelet with containerd, runc and the CNI's ptp + host-local, in a
+  network namespace of this run (testbed.node): every pod has its own veth and /32 route.
+* Cassandra is a real StatefulSet of 3 pods with real PVCs (static hostPath PVs), and the
+  node's Prometheus discovers and scrapes its pods through the API server.
+* ``helm install`` from charts/elastore: the operator as a Deployment of 2 replicas (in-
+  cluster config, its ServiceAccount, kopf peering), the BwMan agent as a DaemonSet.
+* The policy starts in Recommend (it publishes, touches nothing), then goes to Enforce: the
+  trace's daily rise takes the StatefulSet 3 -> 4 and its fall 4 -> 3. The leading
+  operator pod is deleted while cass-3 is leaving; the Deployment replaces it, the standby
+  takes over, and the API server's audit log shows a single decommission.
+* ``helm uninstall`` then leaves no tc state on the node, no finalizer, no release object.
+
+The tests are the stages of one run and share it (module scope), in order. ``-k real_node``
+selects them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from k8s_support import (
+    CRDS,
+    events,
+    get,
+    policy,
+    trace_workload,
+    wait_until,
+)
+from test_operator_e2e import HEADROOM, MODEL, START, STEP, slo_for
+from testbed.forward import Forwarder
+from testbed.images import (
+    cassandra_statefulset,
+    ensure_cassandra_image,
+    ensure_elastore_image,
+    ensure_sandbox_image,
+    load_into_containerd,
+)
+from testbed.k8s import ControlPlane, ensure_helm
+from testbed.node import NODE_ADDR, PROMETHEUS_PORT, RealNode, start_cluster, start_prometheus
+
+pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+NS, STS, POLICY = "store", "cass", "cass-elastic"
+RELEASE, RELEASE_NS = "elastore", "elastore-system"
+FULLNAME = RELEASE  # the chart's full name of a release named like the chart
+ROWS, VALUE_BYTES = 2000, 10 * 1024  # ~20 MiB at RF 3, as the kwok-backed e2e
+HOUR_S = 20.0
+STABILIZATION_S = 40
+NODE_MBIT = 1000.0
+LOADGEN_PORT = 9600
+PROM_URL = f"http://{NODE_ADDR}:{PROMETHEUS_PORT}"
+PODLOAD = Path(__file__).resolve().parent / "testbed" / "podload.py"
+
+
+@dataclass
+class Run:
+    cp: ControlPlane
+    node: RealNode
+    root: Path
+    prom: Forwarder
+    helm: Path
+    written: dict[str, Any]
+    slo_ms: float
+    times: dict[str, float]
+    load: subprocess.Popen[bytes] | None = None
+    samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    leader_deleted: dict[str, Any] = field(default_factory=dict)
+
+    def status(self) -> dict[str, Any]:
+        return dict(get(self.cp, "elasticpolicy", POLICY, NS).get("status") or {})
+
+    def replicas(self) -> int:
+        return int(get(self.cp, "statefulset", STS, NS)["spec"]["replicas"])
+
+    def pod_ips(self) -> dict[str, str]:
+        doc = self.cp.get_json(f"/api/v1/namespaces/{NS}/pods?labelSelector=app%3D{STS}")
+        return {p["metadata"]["name"]: p["status"]["podIP"] for p in doc["items"]
+                if (p.get("status") or {}).get("podIP")}
+
+    def cql(self, *args: str, timeout: float = 300) -> dict[str, Any]:
+        hosts = ",".join(self.pod_ips().values())
+        res = subprocess.run(self.node.command(
+            [sys.executable, "-m", "elastore.lab.cassandra.cql", hosts, *args]),
+            capture_output=True, text=True, timeout=timeout, check=False)
+        assert res.returncode == 0, f"cql {args}: {res.stderr[-1500:]}"
+        return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+    def nodetool(self, pod: str, *args: str) -> str:
+        res = self.cp.kubectl("exec", "-n", NS, pod, "--", "nodetool", *args, check=False)
+        assert res.returncode == 0, f"nodetool {args} in {pod}: {res.stderr[-800:]}"
+        return res.stdout
+
+    def operator_pods(self) -> list[dict[str, Any]]:
+        doc = self.cp.get_json(f"/api/v1/namespaces/{RELEASE_NS}/pods?labelSelector="
+                               "app.kubernetes.io%2Fname%3Delastore")
+        return [p for p in doc["items"] if not p["metadata"].get("deletionTimestamp")]
+
+    def leader(self) -> str | None:
+        """The operator pod that acts: the highest priority in kopf's peering record (the
+        chart sets each peer's id to its pod's name)."""
+        doc = self.cp.get_json(f"/apis/kopf.dev/v1/clusterkopfpeerings/{FULLNAME}")
+        import datetime as dt
+
+        now = dt.datetime.now(dt.UTC)
+
+        def live(v: dict[str, Any]) -> bool:
+            seen = dt.datetime.fromisoformat(str(v.get("lastseen")))
+            seen = seen if seen.tzinfo else seen.replace(tzinfo=dt.UTC)
+            return (now - seen).total_seconds() < float(v.get("lifetime", 0))
+
+        peers = {k: v for k, v in (doc.get("status") or {}).items()
+                 if isinstance(v, dict) and live(v)}
+        if not peers:
+            return None
+        top = max(peers, key=lambda k: int(peers[k].get("priority", 0)))
+        names = [p["metadata"]["name"] for p in self.operator_pods()]
+        return top if top in names else None
+
+    def helm_cmd(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(self.helm), *args, "--kubeconfig", str(self.cp.kubeconfig)],
+                              capture_output=True, text=True, check=False, timeout=600)
+
+    def decommissions(self) -> list[tuple[str, str, list[str]]]:
+        return [e for e in self.cp.execs() if e[0] == NS and "decommission" in e[2]]
+
+    def diagnostics(self) -> str:
+        st = self.status()
+        keep = {k: st.get(k) for k in ("conditions", "operation", "nextAction", "forecast",
+                                       "observed", "desiredReplicas", "lastDecision")}
+        logs = ""
+        for p in self.operator_pods():
+            logs += self.cp.kubectl("logs", "-n", RELEASE_NS, p["metadata"]["name"],
+                                    "--tail=30", check=False).stdout[-2500:]
+        return f"status: {json.dumps(keep, indent=1)[:4000]}\noperator logs: {logs}"
+
+
+def _sampler(run: Run) -> None:
+    while not run.stop.wait(1.0):
+        with contextlib.suppress(Exception):
+            run.samples.append((time.time(), run.status()))
+
+
+def _ready(cp: ControlPlane, kind: str, name: str, ns: str, want: int) -> bool:
+    st = get(cp, kind, name, ns).get("status") or {}
+    key = "numberReady" if kind == "daemonset" else "readyReplicas"
+    return int(st.get(key) or 0) >= want
+
+
+def _values(root: Path, image: str) -> Path:
+    repo, _, tag = image.rpartition(":")
+    doc = {
+        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+        "replicas": 2,
+        "peering": {"lifetimeSeconds": 20},
+        "watchNamespaces": [NS],
+        # the node's Prometheus: an address of the node (no DNS in this cluster)
+        "prometheus": {"allowedUrls": [f"http://{NODE_ADDR}:*"]},
+        "resources": {"requests": {"cpu": "50m", "memory": "128Mi"},
+                      "limits": {"memory": "512Mi"}},
+        "agent": {"enabled": True, "period": 2, "metrics": {"port": 9103}},
+    }
+    f = root / "values.json"
+    f.write_text(json.dumps(doc))
+    return f
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[Run]:
+    root = tmp_path_factory.mktemp("real-node")
+    times: dict[str, float] = {}
+    t0 = time.monotonic()
+    try:
+        op_image = ensure_elastore_image(print)
+        cass_image = ensure_cassandra_image(print)
+        sandbox = ensure_sandbox_image(print)
+    except Exception as exc:
+        pytest.fail(f"the images did not build: {exc}")
+    times["image build"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    try:
+        cp, node = start_cluster(root, sandbox, print)
+    except Exception as exc:
+        pytest.fail(f"the real node did not come up: {exc}")
+    times["node start"] = time.monotonic() - t0
+    prom: Forwarder | None = None
+    r: Run | None = None
+    helm = ensure_helm(print)
+    try:
+        t0 = time.monotonic()
+        for img in (op_image, cass_image):
+            load_into_containerd(img, str(node.sock), progress=print)
+        times["image load"] = time.monotonic() - t0
+        start_prometheus(node, {"loadgen": f"{NODE_ADDR}:{LOADGEN_PORT}"})
+        prom = Forwarder(node.ns, f"127.0.0.1:{PROMETHEUS_PORT}")
+        cp.kubectl("create", "namespace", NS)
+        cp.kubectl("create", "configmap", "cass-model", "-n", NS,
+                   f"--from-file=model.json={MODEL}")
+        cp.kubectl("apply", "-f", "-", stdin=_persistent_volumes(4, root / "pv"))
+        t0 = time.monotonic()
+        cp.kubectl("apply", "-f", "-", stdin=cassandra_statefulset(
+            STS, NS, 3, "elastore-test", "1Gi", cass_image))
+        wait_until("3 Cassandra pods Ready", lambda: _ready(cp, "statefulset", STS, NS, 3),
+                   600, every_s=2)
+        times["cassandra 3 pods Ready"] = time.monotonic() - t0
+        wl, peak = trace_workload(shared_dir, root / "wl.json", hour_s=HOUR_S, start=START)
+        slo = slo_for(peak)
+        r = Run(cp, node, root, prom, helm, {}, slo, times)
+        r.written = r.cql("write", "ks", str(ROWS), str(VALUE_BYTES), "11", "3")
+        # helm install as the README says, with the image built here
+        t0 = time.monotonic()
+        res = r.helm_cmd("install", RELEASE, str(REPO / "charts" / "elastore"),
+                         "--namespace", RELEASE_NS, "--create-namespace",
+                         "-f", str(_values(root, op_image)))
+        assert res.returncode == 0, f"helm install: {res.stderr}"
+        wait_until("the operator's 2 replicas and the agent Ready", lambda: _ready(
+            cp, "deployment", FULLNAME, RELEASE_NS, 2) and _ready(
+            cp, "daemonset", f"{FULLNAME}-agent", RELEASE_NS, 1), 300, every_s=1)
+        times["helm install to Ready"] = time.monotonic() - t0
+        r.load = subprocess.Popen(
+            node.command([sys.executable, str(PODLOAD), str(wl), str(root / "load.csv"),
+                          ",".join(r.pod_ips().values()), f"{NODE_ADDR}:{LOADGEN_PORT}"]),
+            stdout=(root / "load.log").open("ab"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        threading.Thread(target=_sampler, args=(r,), daemon=True).start()
+        print("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
+        yield r
+    finally:
+        if r is not None:
+            r.stop.set()
+            if r.load is not None and r.load.poll() is None:
+                os.killpg(r.load.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    r.load.wait(timeout=60)
+        if prom is not None:
+            prom.close()
+        node.stop()
+        cp.stop()
+
+
+def _persistent_volumes(n: int, root: Path) -> str:
+    """Static hostPath PVs (no provisioner here), owned by Cassandra's uid in its image."""
+    docs = []
+    for k in range(n):
+        d = root / f"pv{k}"
+        d.mkdir(parents=True, exist_ok=True)
+        os.chown(d, 999, 999)
+        docs.append(f"""apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: elastore-real-pv-{k}}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  storageClassName: elastore-test
+  persistentVolumeReclaimPolicy: Retain
+  hostPath: {{path: {d}}}
+""")
+    return "---\n".join(docs)
+
+
+def _policy(run: Run, mode: str) -> str:
+    return policy(
+        POLICY, NS, STS, mode=mode, controlPeriod="10s",
+        replicas={"min": 3, "max": 4}, slo={"latencyMs": run.slo_ms},
+        prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
+        planner={"mode": "Window"},
+        migration={"minMiBps": 1, "maxMiBps": 8, "nodeOverheadSeconds": 60},
+        repairs={"hold": False},
+        scaleDown={"stabilizationSeconds": STABILIZATION_S},
+        bandwidth={"nodeMbit": NODE_MBIT},
+        capacityModel={"configMapRef": {"name": "cass-model"}},
+        metrics={"prometheus": {"url": PROM_URL}})
+
+
+def test_real_node_the_operator_runs_from_its_image_in_cluster(run: Run) -> None:
+    """Two operator pods from the built image on the real node, in-cluster config and the
+    chart's ServiceAccount; the agent's pod on the node's network; one leader."""
+    pods = run.operator_pods()
+    assert len(pods) == 2, [p["metadata"]["name"] for p in pods]
+    for p in pods:
+        assert p["spec"]["nodeName"] == run.node.name
+        assert p["spec"]["serviceAccountName"] == FULLNAME
+        c = p["spec"]["containers"][0]
+        assert c["image"].startswith("localhost/elastore:") and \
+            c["imagePullPolicy"] == "Never"
+        st = p["status"]["containerStatuses"][0]
+        assert st["ready"] and st["imageID"], st
+    wait_until("one operator pod to lead", lambda: run.leader() is not None, 60)
+    ips = run.pod_ips()
+    veths = run.node.pod_veths()
+    assert all(ip in veths for ip in ips.values()), (ips, veths)
+    print(f"times: {', '.join(f'{k} {v:.1f} s' for k, v in run.times.items())}; "
+          f"leader {run.leader()}; store pods' veths {veths}")
+
+
+def test_real_node_network_stays_inside_the_runs_namespaces(run: Run) -> None:
+    """The node's namespace has no default route and masquerades nothing; the API server's
+    egress proxy refuses any address that is not the node's or a pod's, before dialling."""
+    routes = subprocess.run(["ip", "-n", run.node.ns, "-j", "route", "show"],
+                            capture_output=True, text=True, check=True).stdout
+    assert not [r for r in json.loads(routes) if r.get("dst") == "default"], routes
+    nat = subprocess.run(run.node.command(["iptables-save", "-t", "nat"]),
+                         capture_output=True, text=True, check=False).stdout
+    assert "MASQUERADE" not in nat, nat
+    import socket
+
+    proxy = next(r for r in run.node.relays if hasattr(r, "refused"))
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(proxy.path)
+        s.sendall(b"CONNECT 192.0.2.1:80 HTTP/1.1\r\nHost: 192.0.2.1:80\r\n\r\n")
+        assert s.recv(100).startswith(b"HTTP/1.1 403"), "the egress proxy let it through"
+    assert "CONNECT 192.0.2.1:80" in proxy.refused
+
+
+def test_real_node_recommend_publishes_and_touches_nothing(run: Run) -> None:
+    run.cp.kubectl("apply", "-f", "-", stdin=_policy(run, "Recommend"))
+    wait_until("a Recommend decision", lambda: (run.status().get("lastDecision") or {})
+               .get("ok") is True and run.status().get("forecast"), 180, every_s=2)
+    st = run.status()
+    assert run.replicas() == 3 and not st.get("operation"), run.diagnostics()
+    assert not run.decommissions()
+    print(f"Recommend: desired {st.get('desiredReplicas')}, forecast "
+          f"{(st.get('forecast') or {}).get('requestsPerSecond')} req/s, observed "
+          f"{(st.get('observed') or {}).get('requestsPerSecond')} req/s")
+
+
+def test_real_node_enforce_scales_out_and_the_agent_shapes_the_new_pod(run: Run) -> None:
+    run.cp.kubectl("apply", "-f", "-", stdin=_policy(run, "Enforce"))
+    wait_until("the scale-out to 4 replicas to finish", lambda: run.replicas() == 4 and
+               not run.status().get("operation") and _ready(run.cp, "statefulset", STS, NS, 4),
+               900, every_s=2)
+    ring = run.nodetool(f"{STS}-0", "status")
+    assert ring.count("UN  ") == 4, ring
+    reasons = [e["reason"] for e in events(run.cp, NS, POLICY)]
+    assert "ScaleOutStarted" in reasons, reasons
+    # the agent: every store pod's real veth has the split in HTB classes
+    bw: dict[str, Any] = {}
+
+    def shaped() -> bool:
+        nonlocal bw
+        bw = run.status().get("bandwidth") or {}
+        veths = run.node.pod_veths()
+        ips = run.pod_ips()
+        if len(ips) != 4 or not bw:
+            return False
+        return all(_htb_rates(run.node, veths[ip]) for ip in ips.values() if ip in veths) \
+            and all(ip in veths for ip in ips.values())
+
+    wait_until("the agent to shape all 4 pods' veths", shaped, 60, every_s=1)
+    rates = {pod: _htb_rates(run.node, run.node.pod_veths()[ip])
+             for pod, ip in run.pod_ips().items()}
+    client_bits = round(float(bw["clientMbit"]) * 1e6)
+    for pod, r in rates.items():
+        assert any(abs(v - client_bits) <= client_bits * 0.01 + 1000 for v in r.values()), \
+            (pod, r, bw)
+    measured = _measured_class_rates(run.node, run.pod_ips(), 10.0)
+    print(f"split {bw['clientMbit']:.1f} / {bw['storageMbit']:.1f} Mbit/s of {NODE_MBIT:g}; "
+          f"HTB rates (bit/s) {rates}; measured over 10 s (Mbit/s) {measured}")
+
+
+def test_real_node_leader_deleted_mid_decommission_one_decommission(run: Run) -> None:
+    wait_until("the scale-in to start decommissioning", lambda: (
+        run.status().get("operation") or {}).get("phase") == "Decommissioning" and
+        run.decommissions(), 900, every_s=0.5)
+    leader = run.leader()
+    assert leader is not None, run.diagnostics()
+    t0 = time.time()
+    run.cp.kubectl("delete", "pod", "-n", RELEASE_NS, leader, "--wait=false")
+    run.leader_deleted = {"pod": leader, "at": t0}
+    wait_until("another operator pod to lead", lambda: (run.leader() or leader) != leader,
+               180, every_s=0.5)
+    took_over = time.time() - t0
+    wait_until("the Deployment to be back to 2 Ready", lambda: _ready(
+        run.cp, "deployment", FULLNAME, RELEASE_NS, 2) and len(
+        run.operator_pods()) == 2, 180, every_s=1)
+    replaced = time.time() - t0
+    wait_until("the resumed scale-in to finish", lambda: run.replicas() == 3 and
+               not run.status().get("operation"), 900, every_s=2)
+    assert len(run.decommissions()) == 1, run.decommissions()
+    after = [e for e in events(run.cp, NS, POLICY)
+             if float(_event_time(e)) > t0 and e["reason"] == "ScaleInStarted"]
+    assert not after, after
+    print(f"leader {leader} deleted mid-decommission: a standby led {took_over:.1f} s later, "
+          f"the Deployment had 2 Ready again {replaced:.1f} s later; one decommission")
+
+
+def test_real_node_no_row_lost_and_the_pvc_kept(run: Run) -> None:
+    ring = run.nodetool(f"{STS}-0", "status")
+    assert ring.count("UN  ") == 3, ring
+    assert run.cql("verify", "ks") == run.written
+    pvc = get(run.cp, "pvc", f"data-{STS}-3", NS)
+    assert pvc["status"]["phase"] == "Bound"  # retained by default (spec.scaleDown)
+    assert run.load is not None and run.load.poll() in (None, 0), \
+        (run.root / "load.log").read_text()[-2000:]
+
+
+def test_real_node_helm_uninstall_leaves_nothing(run: Run) -> None:
+    run.cp.kubectl("delete", "elasticpolicy", "-n", NS, POLICY, "--timeout=60s")
+    res = run.helm_cmd("uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait",
+                       "--timeout", "120s")
+    assert res.returncode == 0, res.stderr
+    wait_until("the release's pods to be gone", lambda: not run.cp.get_json(
+        f"/api/v1/namespaces/{RELEASE_NS}/pods")["items"], 120, every_s=1)
+    # no tc state on any store pod's veth, no ifb device of the agent
+    for ip, veth in run.node.pod_veths().items():
+        q = subprocess.run(["ip", "-n", run.node.ns, "-j", "qdisc", "show", "dev", veth],
+                           capture_output=True, text=True, check=False).stdout
+        assert not [x for x in json.loads(q or "[]") if x.get("kind") in ("htb", "ingress",
+                                                                          "clsact")], (ip, q)
+    links = subprocess.run(["ip", "-n", run.node.ns, "-j", "link", "show"],
+                           capture_output=True, text=True, check=False).stdout
+    assert not [x["ifname"] for x in json.loads(links) if x["ifname"].startswith("ifb")], links
+    # no object of the release left, no finalizer left by the operator
+    left = run.cp.kubectl("get", "all,serviceaccounts,roles,rolebindings,clusterroles,"
+                          "clusterrolebindings,poddisruptionbudgets,kopfpeerings", "-A",
+                          "-l", f"app.kubernetes.io/instance={RELEASE}", "-o", "name",
+                          check=False).stdout.split()
+    assert not left, left
+    sts = get(run.cp, "statefulset", STS, NS)
+    assert not [f for f in sts["metadata"].get("finalizers") or [] if "elastore" in f], sts
+    assert not run.cp.kubectl("get", "elasticpolicies", "-A", "-o", "name").stdout.strip()
+
+
+def _event_time(e: dict[str, Any]) -> float:
+    import datetime as dt
+
+    stamp = e.get("eventTime") or e.get("lastTimestamp") or e.get("firstTimestamp") or ""
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() if stamp \
+        else 0.0
+
+
+def _htb_rates(node: RealNode, dev: str) -> dict[str, int]:
+    """HTB class id -> rate (bit/s) on ``dev`` in the node's namespace."""
+    res = subprocess.run(["tc", "-n", node.ns, "-j", "class", "show", "dev", dev],
+                         capture_output=True, text=True, check=False)
+    out = {}
+    for c in json.loads(res.stdout or "[]"):
+        if c.get("class") == "htb" and "rate" in c:
+            out[str(c["handle"])] = int(c["rate"])
+    return out
+
+
+def _class_bytes(node: RealNode, dev: str) -> dict[str, int]:
+    res = subprocess.run(["tc", "-n", node.ns, "-s", "-j", "class", "show", "dev", dev],
+                         capture_output=True, text=True, check=False)
+    return {str(c["handle"]): int(c.get("stats", {}).get("bytes", 0))
+            for c in json.loads(res.stdout or "[]") if c.get("class") == "htb"}
+
+
+def _measured_class_rates(node: RealNode, ips: dict[str, str], window_s: float
+                          ) -> dict[str, dict[str, float]]:
+    """Each pod's HTB classes' measured rates (Mbit/s) over ``window_s``, from the kernel's
+    byte counters on its real veth."""
+    veths = node.pod_veths()
+    before = {p: _class_bytes(node, veths[ip]) for p, ip in ips.items() if ip in veths}
+    time.sleep(window_s)
+    out = {}
+    for p, ip in ips.items():
+        if ip not in veths:
+            continue
+        now = _class_bytes(node, veths[ip])
+        out[p] = {h: round((now[h] - before[p].get(h, 0)) * 8 / window_s / 1e6, 3)
+                  for h in now}
+    return out
+
+
+assert CRDS.is_dir()
