@@ -43,7 +43,7 @@ from k8s_support import (
     trace_workload,
     wait_until,
 )
-from test_operator_e2e import HEADROOM, MODEL, START, STEP, slo_for
+from test_operator_e2e import HEADROOM, LEARNED_OVER_PRIOR, MODEL, START, STEP, slo_for
 from testbed.forward import Forwarder
 from testbed.images import (
     cassandra_statefulset,
@@ -59,6 +59,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
 NS, STS, POLICY = "store", "cass", "cass-elastic"
+#: a second policy on the same StatefulSet, in Recommend, with no capacity model: it learns
+#: the store's border online from the same run (issue 18's mechanism)
+LEARN = "cass-learn"
 RELEASE, RELEASE_NS = "elastore", "elastore-system"
 FULLNAME = RELEASE  # the chart's full name of a release named like the chart
 ROWS, VALUE_BYTES = 2000, 10 * 1024  # ~20 MiB at RF 3, as the kwok-backed e2e
@@ -82,6 +85,9 @@ class Run:
     times: dict[str, float]
     load: subprocess.Popen[bytes] | None = None
     samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    learn_samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    policy_doc: str = ""  # the Enforce policy as applied, and when
+    applied_s: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
     leader_deleted: dict[str, Any] = field(default_factory=dict)
 
@@ -154,9 +160,34 @@ class Run:
 
 
 def _sampler(run: Run) -> None:
+    k = 0
     while not run.stop.wait(1.0):
         with contextlib.suppress(Exception):
             run.samples.append((time.time(), run.status()))
+        k += 1
+        if k % 5 == 0:  # the learning policy, every 5 s
+            with contextlib.suppress(Exception):
+                doc = run.cp.get_json(
+                    f"/apis/elastore.io/v1alpha1/namespaces/{NS}/elasticpolicies/{LEARN}")
+                run.learn_samples.append((time.time(), dict(doc.get("status") or {})))
+
+
+def _started(run: Run, kind: str) -> tuple[float, dict[str, Any], dict[str, Any]]:
+    """When the operation of ``kind`` first shows in the status, that status, and the last
+    status sampled before it (the plan it followed)."""
+    for (_, before), (_, st) in zip(run.samples, run.samples[1:], strict=False):
+        op = st.get("operation") or {}
+        if op.get("kind") == kind and (before.get("operation") or {}).get("kind") != kind:
+            return float(op["startedEpoch"]), st, before
+    raise AssertionError(f"no {kind} operation was sampled")
+
+
+def _agent_metrics(run: Run) -> str:
+    """The agent's /metrics, on the node's address (hostNetwork)."""
+    res = subprocess.run(run.node.command(
+        ["curl", "-sf", "--max-time", "3", f"http://{NODE_ADDR}:9103/metrics"]),
+        capture_output=True, text=True, check=False)
+    return res.stdout
 
 
 def _ready(cp: ControlPlane, kind: str, name: str, ns: str, want: int) -> bool:
@@ -332,6 +363,13 @@ def test_real_node_network_stays_inside_the_runs_namespaces(run: Run) -> None:
 
 def test_real_node_recommend_publishes_and_touches_nothing(run: Run) -> None:
     run.cp.kubectl("apply", "-f", "-", stdin=_policy(run, "Recommend"))
+    # the same store, observed by a policy that learns (the prior: the lab profile x0.5,
+    # the CRD's default); Recommend: it acts on nothing
+    run.cp.kubectl("apply", "-f", "-", stdin=policy(
+        LEARN, NS, STS, mode="Recommend", controlPeriod="10s",
+        replicas={"min": 3, "max": 4}, slo={"latencyMs": run.slo_ms},
+        prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
+        planner={"mode": "Window"}, metrics={"prometheus": {"url": PROM_URL}}))
     wait_until("a Recommend decision", lambda: (run.status().get("lastDecision") or {})
                .get("ok") is True and run.status().get("forecast"), 180, every_s=2)
     st = run.status()
@@ -342,15 +380,80 @@ def test_real_node_recommend_publishes_and_touches_nothing(run: Run) -> None:
           f"{(st.get('observed') or {}).get('requestsPerSecond')} req/s")
 
 
-def test_real_node_enforce_scales_out_and_the_agent_shapes_the_new_pod(run: Run) -> None:
-    run.cp.kubectl("apply", "-f", "-", stdin=_policy(run, "Enforce"))
+def _read_ratio(run: Run) -> float | None:
+    """The read ratio the operator's default queries give now (None: no load yet)."""
+    import urllib.parse
+    import urllib.request
+
+    from elastore.operator.spec import DEFAULT_QUERIES
+
+    got = {}
+    for k in ("readRps", "writeRps"):
+        expr = DEFAULT_QUERIES[k].format(selector="", window="1m")
+        with urllib.request.urlopen(f"{run.prom.url}/api/v1/query?query="
+                                    + urllib.parse.quote(expr), timeout=5) as r:
+            res = json.loads(r.read())["data"]["result"]
+        if not res:
+            return None
+        got[k] = float(res[0]["value"][1])
+    total = got["readRps"] + got["writeRps"]
+    return got["readRps"] / total if total > 0 else None
+
+
+def test_real_node_enforce_scales_out_at_the_planned_time(run: Run) -> None:
+    # the load generator writes every key before its replay: inside the queries' 1-minute
+    # window that reads as a write-heavy load, on which the lab model rightly scales out
+    # at once. This test is about the trace's daily rise: Enforce once the burst has left
+    # the window (as the kwok-backed e2e did)
+    seen: list[float | None] = []
+
+    def settled() -> bool:
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            seen.append(_read_ratio(run))
+        return bool(seen) and seen[-1] is not None and float(seen[-1] or 0) >= 0.93
+
+    try:
+        wait_until("the bulk write to leave the 1-minute rate window", settled, 180, every_s=2)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; read ratios seen: {seen[-10:]}") from exc
+    run.policy_doc = _policy(run, "Enforce")
+    run.applied_s = time.time()
+    run.cp.kubectl("apply", "-f", "-", stdin=run.policy_doc)
     wait_until("the scale-out to 4 replicas to finish", lambda: run.replicas() == 4 and
                not run.status().get("operation") and _ready(run.cp, "statefulset", STS, NS, 4),
                900, every_s=2)
     ring = run.nodetool(f"{STS}-0", "status")
     assert ring.count("UN  ") == 4, ring
+    started, st, before = _started(run, "ScaleOut")
+    # it followed the plan: the step began when the planned action for 4 replicas fell due
+    # (never before it; within one wake-up after it, or after the first plan that showed
+    # it, if a rising forecast moved the due time into the past)
+    planned = [a for a in (st.get("memory") or {}).get("actions") or [] if a["replicas"] == 4]
+    assert planned, f"no planned action for 4 replicas at the start: {st}"
+    due = float(planned[0]["atEpoch"])
+    first_seen = min(t for t, s in run.samples
+                     if any(a.get("replicas") == 4 and abs(float(a["atEpoch"]) - due) < 1
+                            for a in ((s.get("memory") or {}).get("actions") or [])))
+    assert due - 1.0 <= started <= max(due, first_seen) + 15.0, (due, first_seen, started)
+    obs = [float((s.get("observed") or {}).get("requestsPerSecond") or 0)
+           for t, s in run.samples if t <= started and s.get("observed")]
+    assert obs and obs[-1] > min(obs) * 1.2, (obs, st.get("observed"))
+    assert before["lastDecision"]["ok"] is True
     reasons = [e["reason"] for e in events(run.cp, NS, POLICY)]
-    assert "ScaleOutStarted" in reasons, reasons
+    assert "ScaleOutStarted" in reasons and "Throttle" in reasons, reasons
+    # the stream throttle, through pods/exec into every pod (the API server's audit log)
+    throttled = {pod for ns, pod, cmd in run.cp.execs()
+                 if ns == NS and "setstreamthroughput" in cmd}
+    assert len(throttled) >= 3, run.cp.execs()[-10:]
+    done = next((t for t, s in run.samples if t > started and not s.get("operation")), None)
+    print(f"scale-out took {done - started if done else float('nan'):.0f} s (pod, boot, join); "
+          f"planned {max(0.0, due - first_seen):.0f} s ahead, started {started - due:+.1f} s "
+          f"from its planned time")
+
+
+def test_real_node_the_agent_shapes_every_pods_veth_the_new_one_too(run: Run) -> None:
+    """The operator's split reached every pod's real CNI veth through status.bandwidth and
+    the agent, cass-3's too, and cass-3's bootstrap stream crossed its storage class."""
     # the agent: every store pod's real veth has the split in HTB classes
     bw: dict[str, Any] = {}
 
@@ -372,7 +475,20 @@ def test_real_node_enforce_scales_out_and_the_agent_shapes_the_new_pod(run: Run)
         assert any(abs(v - client_bits) <= client_bits * 0.01 + 1000 for v in r.values()), \
             (pod, r, bw)
     measured = _measured_class_rates(run.node, run.pod_ips(), 10.0)
+    text = _agent_metrics(run)
+
+    def series(name: str, **labels: str) -> float | None:
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        return next((float(x.rsplit(" ", 1)[1]) for x in text.splitlines()
+                     if x.startswith(f"{name}{{{want}}}")), None)
+
+    streamed = series("elastore_agent_class_bytes_total", **{
+        "class": "storage", "direction": "to_pod", "namespace": NS, "pod": f"{STS}-3"})
+    # cass-3 took its share of ~20 MiB at RF 3 (~1/4 of it at least) through its class
+    assert streamed is not None and streamed > 3 * 2**20, (streamed, text[-1500:])
+    assert "elastore_agent_pods_shaped 4.0" in text, text[-2000:]
     print(f"split {bw['clientMbit']:.1f} / {bw['storageMbit']:.1f} Mbit/s of {NODE_MBIT:g}; "
+          f"cass-3 received {streamed / 2**20:.1f} MiB through its storage class; "
           f"HTB rates (bit/s) {rates}; measured over 10 s (Mbit/s) {measured}")
 
 
@@ -412,8 +528,58 @@ def test_real_node_no_row_lost_and_the_pvc_kept(run: Run) -> None:
         (run.root / "load.log").read_text()[-2000:]
 
 
+def test_real_node_the_backtest_replays_the_run_from_prometheus(run: Run) -> None:
+    """``elastore operator backtest`` with this run's policy over the node's Prometheus,
+    from when the policy was applied: every period decided on the real load, and the
+    backtest wants the fourth node no later than the operator started it."""
+    from datetime import UTC, datetime
+
+    started, _, _ = _started(run, "ScaleOut")
+    pol = run.root / "policy.json"
+    pol.write_text(run.policy_doc.replace(PROM_URL, run.prom.url))
+    fmt = "%Y-%m-%d %H:%M:%S"
+    t0 = datetime.fromtimestamp(run.applied_s, UTC).strftime(fmt)
+    t1 = datetime.fromtimestamp(started + 60, UTC).strftime(fmt)
+    res = subprocess.run(
+        [sys.executable, "-m", "elastore", "operator", "backtest", "-f", str(pol),
+         "--from", t0, "--to", t1, "--prometheus", run.prom.url, "--model", str(MODEL),
+         "--json"], capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout)
+    rows = out["rows"]
+    decided = [r for r in rows if r["ok"]]
+    print(json.dumps(out["summary"]))
+    assert len(decided) >= 0.8 * len(rows) >= 8, out["summary"]
+    assert all(r["load_rps"] > 0 and r["replicas"] >= 3 for r in decided)
+    outs = [r["at_s"] for r in decided if r["would_scale"] > 0]
+    assert outs and min(outs) <= started + 20, (started, outs)
+
+
+def test_real_node_a_learning_policy_moves_from_its_prior_and_holds_scale_in(
+        run: Run) -> None:
+    """Issue 18's mechanism on real Cassandra pods: a policy with no capacity model learns
+    from the store's windows, leaves its prior toward what it observed, and allows no
+    scale-in until it is confident."""
+    learned = [(t, s["model"]) for t, s in run.learn_samples
+               if isinstance(s.get("model"), dict) and s["model"].get("source") == "learned"
+               and s["model"].get("capacityRps") is not None]
+    assert learned, f"the learning policy never reported a learned model: " \
+                    f"{run.learn_samples[-1:]}"
+    first, last = learned[0][1], learned[-1][1]
+    prior, got = float(last["priorCapacityRps"]), float(last["capacityRps"])
+    print(f"learning policy: border {got:.1f} req/s per server against its prior "
+          f"{prior:.1f} ({got / prior:.2f} x) from {last.get('samples')} observations; "
+          f"confidence {first.get('confidence')} -> {last.get('confidence')}")
+    assert int(last.get("samples") or 0) >= 10, last
+    assert got >= LEARNED_OVER_PRIOR * prior, last
+    assert first.get("scaleInAllowed") is False, first
+    for _, m in learned:
+        if m.get("scaleInAllowed"):
+            assert float(m["confidence"]) >= 0.8, m
+
+
 def test_real_node_helm_uninstall_leaves_nothing(run: Run) -> None:
-    run.cp.kubectl("delete", "elasticpolicy", "-n", NS, POLICY, "--timeout=60s")
+    run.cp.kubectl("delete", "elasticpolicy", "-n", NS, POLICY, LEARN, "--timeout=60s")
     res = run.helm_cmd("uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait",
                        "--timeout", "120s")
     assert res.returncode == 0, res.stderr
@@ -447,22 +613,34 @@ def _event_time(e: dict[str, Any]) -> float:
         else 0.0
 
 
-def _htb_rates(node: RealNode, dev: str) -> dict[str, int]:
-    """HTB class id -> rate (bit/s) on ``dev`` in the node's namespace."""
-    res = subprocess.run(["tc", "-n", node.ns, "-j", "class", "show", "dev", dev],
+_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+
+
+def _tc_classes(node: RealNode, dev: str) -> dict[str, dict[str, int]]:
+    """HTB class id -> {rate (bit/s), bytes sent} on ``dev`` in the node's namespace, from
+    ``tc -s class show`` (this iproute2 prints classes as text even with ``-j``)."""
+    import re
+
+    res = subprocess.run(["tc", "-n", node.ns, "-s", "class", "show", "dev", dev],
                          capture_output=True, text=True, check=False)
-    out = {}
-    for c in json.loads(res.stdout or "[]"):
-        if c.get("class") == "htb" and "rate" in c:
-            out[str(c["handle"])] = int(c["rate"])
+    out: dict[str, dict[str, int]] = {}
+    for block in re.split(r"\n(?=class )", res.stdout):
+        m = re.match(r"class htb (\S+) .*?\brate (\d+(?:\.\d+)?)([KMGT]?bit)", block)
+        if m is None:
+            continue
+        sent = re.search(r"Sent (\d+) bytes", block)
+        out[m.group(1)] = {"rate": round(float(m.group(2)) * _UNITS[m.group(3).lower()]),
+                           "bytes": int(sent.group(1)) if sent else 0}
     return out
 
 
+def _htb_rates(node: RealNode, dev: str) -> dict[str, int]:
+    """HTB class id -> rate (bit/s) on ``dev``."""
+    return {h: c["rate"] for h, c in _tc_classes(node, dev).items()}
+
+
 def _class_bytes(node: RealNode, dev: str) -> dict[str, int]:
-    res = subprocess.run(["tc", "-n", node.ns, "-s", "-j", "class", "show", "dev", dev],
-                         capture_output=True, text=True, check=False)
-    return {str(c["handle"]): int(c.get("stats", {}).get("bytes", 0))
-            for c in json.loads(res.stdout or "[]") if c.get("class") == "htb"}
+    return {h: c["bytes"] for h, c in _tc_classes(node, dev).items()}
 
 
 def _measured_class_rates(node: RealNode, ips: dict[str, str], window_s: float
