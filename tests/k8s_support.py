@@ -540,15 +540,15 @@ class LabPodAgent:
 
 
 def trace_workload(shared: Path, out: Path, peak: float = 120.0, hour_s: float = 20.0,
-                   windows_per_hour: int = 4, start: str = "2016-01-05 04:00"
-                   ) -> tuple[Path, float]:
+                   windows_per_hour: int = 4, start: str = "2016-01-05 04:00",
+                   end: str = "2016-01-06 06:00") -> tuple[Path, float]:
     """A day and a bit of the English Wikipedia (``start``, by default 2016-01-05 04:00, to
     2016-01-06 06:00 UTC): the night's trough, the day's rise (from 13:00) and plateau, the
     next night's fall; 1 h = ``hour_s`` seconds, in ``windows_per_hour`` steps of load. The
     peak (14:00) is ``peak`` requests/s whatever the start."""
     res = subprocess.run([sys.executable, "-m", "elastore", "trace", "build",
                           str(shared / "traces" / "wikipedia" / "en-2016-01-pages-hourly.csv.gz"),
-                          "--start", start, "--end", "2016-01-06 06:00",
+                          "--start", start, "--end", end,
                           "--hour-seconds", str(hour_s),
                           "--windows-per-hour", str(windows_per_hour),
                           "--peak-rps", str(peak), "-o", str(out)],

@@ -23,7 +23,8 @@ from elastore.errors import ElastoreError
 from elastore.operator.presets import OPTIONAL
 from elastore.operator.spec import DEFAULT_QUERIES
 
-pytestmark = pytest.mark.lab
+# real podman and real images, nothing timed: the parallel phase of make test
+pytestmark = [pytest.mark.lab, pytest.mark.concurrent]
 
 NO_LAB = "the storage lab is not part of this installation"
 
