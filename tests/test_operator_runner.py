@@ -1,7 +1,7 @@
 """The operator's runner, unchanged, without an API server: the simulator's cluster behind
 its ClusterPort (elastore.sim.kube.SimulatedKube), the replayed load behind its
 MetricsSource, the policy in memory. The real-API-server versions of these scenarios are in
-test_operator_k8s.py and test_real_node.py; these run in a second."""
+test_operator_k8s.py, test_operator_e2e.py and test_real_node.py; these run in a second."""
 
 from __future__ import annotations
 

@@ -60,9 +60,6 @@ pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
 NS, STS, POLICY = "store", "cass", "cass-elastic"
-#: a second policy on the same StatefulSet, in Recommend, with no capacity model: it learns
-#: the store's border online from the same run (issue 18's mechanism)
-LEARN = "cass-learn"
 RELEASE, RELEASE_NS = "elastore", "elastore-system"
 FULLNAME = RELEASE  # the chart's full name of a release named like the chart
 ROWS, VALUE_BYTES = 2000, 10 * 1024  # the known data set: ~20 MiB at RF 3
@@ -76,14 +73,6 @@ HEADROOM = 0.1
 #: derived from it and the workload (slo_for), so the daily rise needs a fourth server and
 #: its fall does not, whatever the machine measured
 MODEL = builtin_model("lab")
-#: how far above its prior the learned border must end. The prior is half the lab profile;
-#: the SLO is set so that the profile's border is 0.84-1.1 x the load each server carries
-#: at the day's peak, so a store as fast as its profile shows the learner loads served
-#: within the SLO at ~1.7-2.2 x the prior. The lab's own border, as the calibration runs'
-#: sweeps fitted it (140-201 req/s per server, docs/operator.md), lay at 1.6-2.7 x the
-#: prior's 74-86: a learner that moves at all moves past 1.25 x; one that kept its prior
-#: does not.
-LEARNED_OVER_PRIOR = 1.25
 STABILIZATION_S = 40
 NODE_MBIT = 1000.0
 LOADGEN_PORT = 9600
@@ -103,7 +92,6 @@ class Run:
     times: dict[str, float]
     load: subprocess.Popen[bytes] | None = None
     samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
-    learn_samples: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     policy_doc: str = ""  # the Enforce policy as applied, and when
     applied_s: float = 0.0
     stop: threading.Event = field(default_factory=threading.Event)
@@ -193,16 +181,9 @@ def slo_for(peak_rps: float, servers: int = 3, share: float = 0.8) -> float:
 
 
 def _sampler(run: Run) -> None:
-    k = 0
     while not run.stop.wait(1.0):
         with contextlib.suppress(Exception):
             run.samples.append((time.time(), run.status()))
-        k += 1
-        if k % 5 == 0:  # the learning policy, every 5 s
-            with contextlib.suppress(Exception):
-                doc = run.cp.get_json(
-                    f"/apis/elastore.io/v1alpha1/namespaces/{NS}/elasticpolicies/{LEARN}")
-                run.learn_samples.append((time.time(), dict(doc.get("status") or {})))
 
 
 def _started(run: Run, kind: str) -> tuple[float, dict[str, Any], dict[str, Any]]:
@@ -402,13 +383,6 @@ def test_real_node_network_stays_inside_the_runs_namespaces(run: Run) -> None:
 
 def test_real_node_recommend_publishes_and_touches_nothing(run: Run) -> None:
     run.cp.kubectl("apply", "-f", "-", stdin=_policy(run, "Recommend"))
-    # the same store, observed by a policy that learns (the prior: the lab profile x0.5,
-    # the CRD's default); Recommend: it acts on nothing
-    run.cp.kubectl("apply", "-f", "-", stdin=policy(
-        LEARN, NS, STS, mode="Recommend", controlPeriod="10s",
-        replicas={"min": 3, "max": 4}, slo={"latencyMs": run.slo_ms},
-        prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
-        planner={"mode": "Window"}, metrics={"prometheus": {"url": PROM_URL}}))
     wait_until("a Recommend decision", lambda: (run.status().get("lastDecision") or {})
                .get("ok") is True and run.status().get("forecast"), 180, every_s=2)
     st = run.status()
@@ -571,58 +545,8 @@ def test_real_node_no_row_lost_and_the_pvc_kept(run: Run) -> None:
         (run.root / "load.log").read_text()[-2000:]
 
 
-def test_real_node_the_backtest_replays_the_run_from_prometheus(run: Run) -> None:
-    """``elastore operator backtest`` with this run's policy over the node's Prometheus,
-    from when the policy was applied: every period decided on the real load, and the
-    backtest wants the fourth node no later than the operator started it."""
-    from datetime import UTC, datetime
-
-    started, _, _ = _started(run, "ScaleOut")
-    pol = run.root / "policy.json"
-    pol.write_text(run.policy_doc.replace(PROM_URL, run.prom.url))
-    fmt = "%Y-%m-%d %H:%M:%S"
-    t0 = datetime.fromtimestamp(run.applied_s, UTC).strftime(fmt)
-    t1 = datetime.fromtimestamp(started + 60, UTC).strftime(fmt)
-    res = subprocess.run(
-        [sys.executable, "-m", "elastore", "operator", "backtest", "-f", str(pol),
-         "--from", t0, "--to", t1, "--prometheus", run.prom.url, "--model", str(MODEL),
-         "--json"], capture_output=True, text=True, timeout=900)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout)
-    rows = out["rows"]
-    decided = [r for r in rows if r["ok"]]
-    print(json.dumps(out["summary"]))
-    assert len(decided) >= 0.8 * len(rows) >= 8, out["summary"]
-    assert all(r["load_rps"] > 0 and r["replicas"] >= 3 for r in decided)
-    outs = [r["at_s"] for r in decided if r["would_scale"] > 0]
-    assert outs and min(outs) <= started + 20, (started, outs)
-
-
-def test_real_node_a_learning_policy_moves_from_its_prior_and_holds_scale_in(
-        run: Run) -> None:
-    """Issue 18's mechanism on real Cassandra pods: a policy with no capacity model learns
-    from the store's windows, leaves its prior toward what it observed, and allows no
-    scale-in until it is confident."""
-    learned = [(t, s["model"]) for t, s in run.learn_samples
-               if isinstance(s.get("model"), dict) and s["model"].get("source") == "learned"
-               and s["model"].get("capacityRps") is not None]
-    assert learned, f"the learning policy never reported a learned model: " \
-                    f"{run.learn_samples[-1:]}"
-    first, last = learned[0][1], learned[-1][1]
-    prior, got = float(last["priorCapacityRps"]), float(last["capacityRps"])
-    print(f"learning policy: border {got:.1f} req/s per server against its prior "
-          f"{prior:.1f} ({got / prior:.2f} x) from {last.get('samples')} observations; "
-          f"confidence {first.get('confidence')} -> {last.get('confidence')}")
-    assert int(last.get("samples") or 0) >= 10, last
-    assert got >= LEARNED_OVER_PRIOR * prior, last
-    assert first.get("scaleInAllowed") is False, first
-    for _, m in learned:
-        if m.get("scaleInAllowed"):
-            assert float(m["confidence"]) >= 0.8, m
-
-
 def test_real_node_helm_uninstall_leaves_nothing(run: Run) -> None:
-    run.cp.kubectl("delete", "elasticpolicy", "-n", NS, POLICY, LEARN, "--timeout=60s")
+    run.cp.kubectl("delete", "elasticpolicy", "-n", NS, POLICY, "--timeout=60s")
     res = run.helm_cmd("uninstall", RELEASE, "--namespace", RELEASE_NS, "--wait",
                        "--timeout", "120s")
     assert res.returncode == 0, res.stderr
