@@ -8,7 +8,8 @@ actions), exactly as the operator does. Each row says the load and the size ther
 the forecast, where the plan was heading, what Enforce would have changed then
 (``wouldScale``: +1 a node out, -1 a node in, 0 nothing) and whether the size there was
 would have missed the SLO at the forecast load (``sloAtRisk``). A period whose metrics
-were missing is a row with the reason and no decision, as in the operator (never a 0).
+were missing, or on which the model fits no load under the SLO (``DecisionFailed``), is a
+row with the reason and no decision, as in the operator (never a 0).
 
 What it does not replay: the size the cluster would have had if Enforce had acted (the
 rows use the size Prometheus saw: the nodes serving requests, or ``--replicas``), the
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from elastore.errors import MetricsError
+from elastore.errors import ElastoreError, MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import policyloop
 from elastore.operator.conditions import iso
@@ -97,10 +98,13 @@ def replay(spec: PolicySpec, source: MetricsSource, models: ModelSet, start_s: f
             row = Row(t, True, n, round(snap.load_rps, 3), round(d.forecast_rps, 3),
                       d.desired_replicas, policyloop.would_scale(d.actions, t, n), risk,
                       d.reason.splitlines()[0][:300] if d.reason else "")
-        except MetricsError as exc:
+        except ElastoreError as exc:  # as the operator: this period has no decision
+            # (metrics missing, or a model that fits no load under the SLO at this
+            # period's mix, as a write-only burst does); the replay goes on
             memory = memory.forgetting_the_forecast()
+            reason = exc.reason if isinstance(exc, MetricsError) else "DecisionFailed"
             row = Row(t, False, replicas, None, None, None, 0, None,
-                      f"{exc.reason}: {exc}"[:300])
+                      f"{reason}: {exc}"[:300])
         rows.append(row)
         if progress is not None:
             progress(k + 1, len(times), row)
