@@ -307,6 +307,42 @@ def test_scale_out_sets_replicas_then_waits_for_the_node_to_join() -> None:
     assert (eff, done, op.phase, op.cleanup_pod()) == ("cleanup", False, "CleaningUp", "db-0")
 
 
+def test_a_scale_out_deletes_the_volume_a_decommissioned_node_left_before_scaling() -> None:
+    """pvcPolicy Retain kept data-db-3 after a scale-in. Cassandra refuses to start on a
+    decommissioned node's data (the pod crash-loops: the real node's e2e saw it), so the
+    scale-out deletes that PVC first, but only with the evidence: the mark of a scale-in
+    that saw its node leave the ring on this very PVC, and a ring of no more members than
+    pods. Without either it touches nothing and says what to do."""
+    op = operation.start("ScaleOut", "db", 3, 0.0, 600.0, "data")
+    out = dict(pod_exists=False, pod_ready=False, node_mode=None)
+    gone, eff, done = machine.advance(op, facts(new_pvc="left-ring", ring_members=3, **out), 1.0)
+    assert (eff, done, gone.phase) == ("delete-pvc", False, "Scaling"), gone
+    assert "deleting PVC data-db-3" in gone.message
+    # deleted (or still terminating: deleted again, idempotent); absent: the replicas go up
+    op2, eff, _ = machine.advance(gone, facts(new_pvc="absent", **out), 2.0)
+    assert (eff, op2.phase) == ("scale", "Scaling")
+    # the ring could not be read: nothing yet
+    wait, eff, _ = machine.advance(op, facts(new_pvc="left-ring", ring_members=None, **out), 1.0)
+    assert (eff, wait.phase) == ("none", "Scaling") and "could not be read" in wait.message
+    # a member with no pod (down, or scaled away by hand): its data may be on that volume
+    held, eff, _ = machine.advance(op, facts(new_pvc="left-ring", ring_members=4, **out), 1.0)
+    assert (eff, held.phase) == ("stuck", "Stuck") and "4 members for 3 pods" in held.message
+    # no mark that its node left: neither used nor deleted
+    bare, eff, _ = machine.advance(op, facts(new_pvc="unmarked", **out), 1.0)
+    assert (eff, bare.phase) == ("stuck", "Stuck") and "no mark" in bare.message
+    # once the replicas are up (a restart after the scale), the volume is the pod's own
+    up, eff, _ = machine.advance(op, facts(spec_replicas=4, new_pvc="unmarked", **out), 3.0)
+    assert (eff, up.phase) == ("none", "Scaling")
+
+
+def test_a_left_ring_mark_is_one_on_this_very_pvc() -> None:
+    mark = operation.pvc_mark("p", "2026-11-28T00:00:00Z", "op1", "uid-1")
+    assert operation.left_ring(mark, "uid-1")
+    assert not operation.left_ring(mark, "uid-2")  # a PVC created again under the name
+    assert not operation.left_ring("p@2026-11-28T00:00:00Z", "uid-1")  # names no operation
+    assert not operation.left_ring(None, "uid-1") and not operation.left_ring(mark, None)
+
+
 def test_scale_in_decommissions_then_lowers_replicas_then_cleans_up() -> None:
     op = operation.start("ScaleIn", "db", 4, 0.0, 60.0, "data")
     assert (op.pod, op.to_replicas, op.phase) == ("db-3", 3, "Decommissioning")
@@ -740,3 +776,38 @@ def test_in_cluster_login_uses_the_address_the_kubelet_gives_not_the_clusters_dn
         got.ca_path == sa.ca_path
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST")  # a pod without it: kopf's own answer
     assert handlers.login() is sa
+
+
+def test_the_backtest_goes_on_past_a_period_the_model_cannot_decide() -> None:
+    """A write-only burst (read ratio ~0) on which the profile fits no load under a tight
+    SLO: as in the operator, that period is a row without a decision ("DecisionFailed",
+    the model's reason), and the periods after it are decided (the whole replay used to
+    stop on the first such period)."""
+    from elastore.errors import MetricsError as MetricsMissing
+    from elastore.operator import backtest
+    from elastore.resources import builtin_model
+
+    spec = parse(spec_with(controlPeriod="10s", slo={"latencyMs": 7.94},
+                           prediction={"horizon": "60s", "step": "20s"}, metrics=PROM,
+                           planner={"mode": "Window"}))
+    lab = ModelSet.load(builtin_model("lab")).for_slo(spec.slo_latency_ms, spec.slo_percentile)
+    burst = {10_010.0}  # the second period: the bulk write
+
+    class Source:
+        def snapshot(self, at_s: float, steps: int, step_s: float) -> Snapshot:
+            return replace(snapshot([65.0] * 8, now=at_s, step=step_s),
+                           read_ratio=0.01 if at_s in burst else 0.95, nodes=3)
+
+        def scalar(self, name: str, at_s: float) -> float:
+            raise MetricsMissing("MetricsMissing", f"{name}: no series")
+
+        def per_node(self, at_s: float) -> dict[str, Any]:
+            raise MetricsMissing("MetricsMissing", "no per-node series")
+
+    rows = backtest.replay(spec, Source(), lab, 10_000.0, 10_040.0)
+    assert [r.ok for r in rows] == [True, False, True, True, True], rows
+    bad = rows[1]
+    assert bad.reason.startswith("DecisionFailed: ") and "no load fits" in bad.reason, bad
+    assert bad.load_rps is None and bad.would_scale == 0  # no decision, never a 0 load
+    assert all(r.load_rps == 65.0 and r.replicas == 3 for r in rows if r.ok)
+    assert backtest.summary(rows)["failed"] == 1

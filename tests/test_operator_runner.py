@@ -1,7 +1,7 @@
 """The operator's runner, unchanged, without an API server: the simulator's cluster behind
 its ClusterPort (elastore.sim.kube.SimulatedKube), the replayed load behind its
 MetricsSource, the policy in memory. The real-API-server versions of these scenarios are in
-test_operator_k8s.py, test_operator_e2e.py and test_real_node.py; these run in a second."""
+test_operator_k8s.py and test_real_node.py; these run in a second."""
 
 from __future__ import annotations
 
@@ -785,17 +785,27 @@ def test_forged_stale_pvc_mark_is_not_honoured(ms: ModelSet, stale: str) -> None
     assert any("carries no mark of this operation" in m for _, m, _ in rig.policies.events)
 
 
-def test_forged_mark_is_void_once_its_ordinal_comes_back(ms: ModelSet) -> None:
-    """pvcPolicy Retain: a scale-in leaves its PVC with this operation's mark. When a
-    scale-out brings that ordinal back, its pod uses the PVC again: the mark goes (a later
-    status naming that scale-in could not delete a serving node's volume)."""
+def test_a_scale_out_replaces_the_volume_its_ordinals_decommissioned_node_left(
+        ms: ModelSet) -> None:
+    """pvcPolicy Retain: a scale-in leaves its PVC with this operation's mark. Cassandra
+    refuses to start on a decommissioned node's data, so when a scale-out brings that
+    ordinal back it deletes the PVC first (the mark, and a ring with no member beyond the
+    pods), says so in an Event, and the pod gets a new volume (another UID, no mark: a
+    later status naming that scale-in cannot delete a serving node's volume)."""
     rig = Rig(ms, day(ms))
     rig.run(3600)
     assert rig.kube.spec_replicas == 3 and "data-db-3" in rig.kube.marked
+    old = rig.kube.pvc_mark(NS, "data-db-3")
+    assert old is not None
     rig.policies.body["metadata"]["annotations"] = {"elastore.io/paused-replicas": "4"}
     rig.run(rig.t + 600, stop=lambda: rig.kube.spec_replicas == 4)
     assert rig.kube.spec_replicas == 4
-    assert "data-db-3" not in rig.kube.marked and "data-db-3" in rig.kube.pvcs
+    seq = [c for _, c in rig.kube.calls if c.startswith(("delete pvc", "scale"))]
+    assert seq[-2:] == ["delete pvc data-db-3", "scale 4"], seq[-6:]
+    new = rig.kube.pvc_mark(NS, "data-db-3")
+    assert new is not None and new[0] != old[0] and new[1] is None, (old, new)
+    said = [m for r, m, _ in rig.policies.events if r == "RetainedVolumeDeleted"]
+    assert len(said) == 1 and "data-db-3" in said[0], rig.policies.events[-5:]
 
 
 def test_forged_step_further_along_waits_for_the_store(ms: ModelSet) -> None:

@@ -183,6 +183,16 @@ def mark_honoured(value: str | None, op_id: str | None, uid: str | None) -> bool
     return said.get("op") == op_id and said.get("uid") == uid
 
 
+def left_ring(value: str | None, uid: str | None) -> bool:
+    """Whether a PVC's mark says that an operation saw its node leave the ring, on this
+    very PVC (its UID), whichever operation that was: a PVC created again under the name,
+    or a mark that names no operation, is not."""
+    if not value or not uid:
+        return False
+    said = dict(w.split("=", 1) for w in value.split() if "=" in w)
+    return bool(said.get("op")) and said.get("uid") == uid
+
+
 def expected_pod(kind: str, sts: str, from_replicas: int) -> str:
     """The pod a node step concerns: the new ordinal, or the highest one."""
     return f"{sts}-{from_replicas if kind == 'ScaleOut' else from_replicas - 1}"

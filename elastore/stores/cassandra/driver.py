@@ -172,8 +172,32 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
             op.kind == "ScaleIn" and op.phase == "Decommissioning" and \
             op.decommission_issued_s is not None else None
         said, seen = self._cleanup_facts(call, op)
+        new_pvc, members = self._new_pvc_facts(call, op)
         return machine.Facts(sts.spec_replicas, sts.ready_replicas, exists, ready, mode, pvc,
-                             marked, failed, said, seen, gone)
+                             marked, failed, said, seen, gone, new_pvc, members)
+
+    def _new_pvc_facts(self, call: StoreCall, op: OperationState
+                       ) -> tuple[str | None, int | None]:
+        """Before a scale-out's replicas go up: whether its new pod's PVC is there already
+        (retained by an earlier scale-in) and, if it carries that scale-in's mark, how many
+        members the ring lists (read on ordinal 0)."""
+        if op.kind != "ScaleOut" or op.phase != "Scaling" or not op.pvc or \
+                call.sts.spec_replicas >= op.to_replicas:
+            return None, None
+        got = call.port.pvc_mark(call.namespace, op.pvc)
+        if got is None:
+            return "absent", None
+        if not operation.left_ring(got[1], got[0]):
+            return "unmarked", None
+        spec = call.spec
+        try:
+            view = nodetool(call.port).ring(call.namespace, f"{spec.target.name}-0",
+                                            spec.target.container, spec.target.nodetool)
+        except ElastoreError as exc:
+            log.warning("%s/%s: the ring could not be read to release PVC %s: %s",
+                        call.namespace, call.policy, op.pvc, exc)
+            return "left-ring", None
+        return "left-ring", len(view.nodes)
 
     def before_effect(self, call: StoreCall, op: OperationState, new: Advanced) -> str | None:
         if new.effect == "decommission" and not call.ring_checked:
@@ -195,6 +219,8 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
                                               spec.target.nodetool)
         elif effect == "delete-pvc" and nxt.pvc:
             port.delete_pvc(ns, nxt.pvc)
+            if op.kind == "ScaleOut":
+                call.event("RetainedVolumeDeleted", nxt.message, False)
         if op.phase == "CleaningUp" and (new.done or nxt.cleanup_ordinal != op.cleanup_ordinal):
             self.stopped(call, op)
         if effect == "cleanup":

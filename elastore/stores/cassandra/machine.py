@@ -9,7 +9,9 @@ only while the node is NORMAL and not issued within the last ``REISSUE_AFTER_S``
 operator killed at any point resumes from the status: it never repeats a step the cluster
 has taken, and never abandons one.
 
-Scale-out: ``Scaling`` (replicas + 1) -> ``Joining`` (until the new node is NORMAL) ->
+Scale-out: ``Scaling`` (replicas + 1; first, a PVC an earlier scale-in retained for that
+ordinal is deleted, since Cassandra will not restart a decommissioned node on its data) ->
+``Joining`` (until the new node is NORMAL) ->
 ``CleaningUp``: ``nodetool cleanup`` on each old node, one at a time (ordinal 0 first), so
 that they drop the ranges they no longer own. Until it has run everywhere the operation is
 not done, so no scale-in starts: a node removed before cleanup hands its stale copies back
@@ -34,7 +36,10 @@ another node's ring no longer lists it (``Facts.ring_gone``); a claim the store 
 is the ``reject`` effect (the runner: ``Conflict``/``StatusRejected``, nothing touched). A
 PVC is deleted only if it carries *this* operation's mark
 (:func:`~elastore.stores.operation.pvc_mark`: the operation's ``id`` and the PVC's UID,
-:func:`~elastore.stores.operation.mark_honoured`).
+:func:`~elastore.stores.operation.mark_honoured`); a scale-out deletes the new ordinal's
+retained PVC only if it carries the mark of the scale-in that saw its node leave (on that
+very PVC, :func:`~elastore.stores.operation.left_ring`) and the ring lists no more members
+than there are pods (``Facts.ring_members``), else it is ``Stuck``, nothing touched.
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ class Facts:
     #: a scale-in's leaving node, as another node's ring shows it: True once that ring no
     #: longer lists it, False while it does, None when not read (or unreadable)
     ring_gone: bool | None = None
+    #: a scale-out's new ordinal's PVC before the replicas go up: "absent", "left-ring" (it
+    #: carries an earlier scale-in's mark that its node left the ring, on this very PVC) or
+    #: "unmarked" (it exists, without one); None when not looked at
+    new_pvc: str | None = None
+    #: how many members ``nodetool status`` lists (any state), read when ``new_pvc`` is
+    #: "left-ring"; None when not read (or unreadable)
+    ring_members: int | None = None
 
 
 def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "Retain",
@@ -101,6 +113,8 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
     if op.kind == "ScaleOut":
         if op.phase == "Scaling":
             if facts.spec_replicas < op.to_replicas:
+                if facts.new_pvc in ("left-ring", "unmarked"):
+                    return _retained_volume(at, op, facts)
                 return at("Scaling", f"setting replicas to {op.to_replicas}"), "scale", False
             if facts.pod_exists and facts.pod_ready:
                 return at("Joining", f"{op.pod} is ready; waiting for its node to join"), \
@@ -178,6 +192,37 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
                                  facts.pvc_marked, "of this operation that its node left the "
                                  "ring")
     raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")
+
+
+def _retained_volume(at: Any, op: OperationState, facts: Facts
+                     ) -> tuple[OperationState, Effect, bool]:
+    """A scale-out whose new pod would mount a PVC retained from an earlier scale-in
+    (``pvcPolicy: Retain``). Cassandra refuses to start on a decommissioned node's data
+    ("This node was decommissioned and will not rejoin the ring", measured on 5.0.4: the
+    pod crash-loops), so the volume goes before the replicas go up, and the pod bootstraps
+    on a new one: only when the PVC carries the mark of a scale-in that saw its node leave
+    the ring, and the ring now lists no member besides the pods' nodes (a member that is
+    down, or left by hand, may hold data only that volume has)."""
+    if facts.new_pvc != "left-ring":
+        return at("Stuck", f"PVC {op.pvc} exists and carries no mark that its node left the "
+                           f"ring: {op.pod} would start on it, so it is neither used nor "
+                           "deleted. Delete it once its node is known to be out of the ring "
+                           "(nodetool removenode if the ring still lists it), then abort "
+                           "this operation"), "stuck", False
+    if facts.ring_members is None:
+        return at("Scaling", f"waiting: the ring could not be read to release PVC "
+                             f"{op.pvc}"), "none", False
+    if facts.ring_members > op.from_replicas:
+        return at("Stuck", f"PVC {op.pvc} was left by a decommissioned node, but the ring "
+                           f"lists {facts.ring_members} members for {op.from_replicas} "
+                           "pods: a member with no pod may have data only that volume "
+                           "holds; neither used nor deleted. Remove that member (nodetool "
+                           "removenode), delete the PVC, then abort this operation"), \
+            "stuck", False
+    return at("Scaling", f"deleting PVC {op.pvc}, retained from an earlier scale-in (its "
+                         f"node left the ring; the ring lists only the {op.from_replicas} "
+                         f"pods' nodes): Cassandra refuses a decommissioned node's data, so "
+                         f"{op.pod} bootstraps on a new volume"), "delete-pvc", False
 
 
 def _clean(at: Any, op: OperationState, ordinal: int, now_s: float, said: str
