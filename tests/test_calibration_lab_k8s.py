@@ -18,7 +18,7 @@ reported): on this shared 2-core box it often is not, as the sweep's own border 
 to 2x run to run (below).
 
 * The lab: 3 Cassandra nodes, each at the IP of a kwok pod of StatefulSet ``store/cass``
-  (the end-to-end test's topology: ``test_operator_e2e.py``).
+  (the topology the kwok-backed end-to-end test had, before test_real_node.py replaced it).
 * The reference border: ``elastore lab profile`` sweeps the load at the trace's read ratio
   (0.95) over the trace's keys (``--keys-from``: the same request mix), no migration and no
   neighbour, on this lab (until two loads are well past the SLO), and ``elastore models
@@ -110,7 +110,7 @@ from elastore.models.online import scaled
 from elastore.resources import builtin_model
 
 # a measurement (make lab-check, ~21 min): its figures go to experiments/calibration/
-# results.json. make test keeps the mechanism: test_operator_e2e.py's learning policy on
+# results.json. make test keeps the mechanism: test_real_node.py's learning policy on
 # the same real store, and test_operator_learning.py / test_operator_k8s.py
 pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow, pytest.mark.measure]
 LAB_NS = f"elastore-test-cal-{os.getpid()}"

@@ -4,7 +4,7 @@ Recommend mode, Degraded on missing metrics, leader election between two replica
 graceful shutdown, and the Helm chart with its RBAC.
 
 The pods are kwok's (no containers run), so nothing here needs a Cassandra node: the
-scenarios that exec nodetool into real nodes are in test_operator_e2e.py and test_real_node.py.
+scenarios that exec nodetool into real nodes are in test_real_node.py.
 """
 
 from __future__ import annotations
