@@ -341,7 +341,11 @@ FIELDS: tuple[F, ...] = (
       maximum=86400,
       doc=("how long scale-in waits for the recommendations to stay low (absent: 300, or "
            "spec.behavior.scaleDown.stabilizationWindowSeconds)")),
-    F("spec.scaleDown.pvcPolicy", "string", enum=("Retain", "Delete"), default="Retain"),
+    F("spec.scaleDown.pvcPolicy", "string", enum=("Retain", "Delete"), default="Retain",
+      doc=("the removed pod's PVC after a scale-in: Retain keeps it (Cassandra: until a "
+           "scale-out brings its ordinal back, which deletes it first, since Cassandra will "
+           "not restart a decommissioned node on its data), Delete deletes it once its node "
+           "is seen leaving")),
     F("spec.scaleDown.minFreeFraction", "number",
       minimum=0,
       maximum=0.9,
