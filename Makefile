@@ -54,6 +54,8 @@ lab-deps: $(TEST_STAMP)
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends curl; }
 	@command -v stress-ng >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends stress-ng; }
+	@test -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends faketime; }
 	@command -v swift-proxy-server >/dev/null && command -v rsync >/dev/null && command -v memcached >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	  swift swift-proxy swift-object swift-container swift-account rsync memcached; }

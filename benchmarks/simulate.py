@@ -11,6 +11,9 @@
    on the default window and every other window (50 GiB, 600 s).
 4. Quantile forecasts: coverage of the 80 % and 95 % intervals on 2009-01..06
    (target within +-3 points), at H = 1, 3, 12, 24.
+5. Issue 40: section 2's replays against its targets (VM-hours <= 1.10x optimal in 95 %,
+   violations <= 1 % in all, U(100) <= 1.10x at 50 GiB 600 s/h in all 29), and
+   perfect-forecast on each replay that misses one: how much of the gap is the forecast's.
 
 Results are cached in benchmarks/.simulate-cache.json (delete it to rerun everything);
 runs use every core. Usage:
@@ -75,8 +78,14 @@ def job(args: tuple[str, str, float, int, float, tuple[str, ...]]) -> dict[str, 
     return {"controllers": out, "seconds": time.perf_counter() - t0}
 
 
+#: ``--cached-only``: report what the cache holds, run nothing (a sweep still under way)
+CACHED_ONLY = False
+
+
 def run_all(jobs: list[tuple[Any, ...]]) -> dict[str, Any]:
     cache: dict[str, Any] = json.loads(CACHE.read_text()) if CACHE.exists() else {}
+    if CACHED_ONLY:
+        return {json.dumps(j): cache[json.dumps(j)] for j in jobs if json.dumps(j) in cache}
     todo = [j for j in jobs if json.dumps(j) not in cache]
     if todo:
         print(f"running {len(todo)} replays ({len(jobs) - len(todo)} cached) ...",
@@ -141,6 +150,60 @@ def section_scale(model: str, starts: list[str]) -> None:
     print()
 
 
+def section_decomposition(model: str, starts: list[str]) -> None:
+    """Issue 40: the targets over all 290 replays, and where prorenata misses one, how much
+    of its gap to optimal is the forecast's: perfect-forecast (the same loop and planner
+    given the true future) is run on exactly those replays."""
+    jobs = [(model, s, float(g), hs, 100.0, tuple(SCALE_SET))
+            for hs in SPEEDS for g in SIZES for s in starts]
+    got = run_all(jobs)
+    jobs = [j for j in jobs if key(*j) in got]  # all of them, unless --cached-only
+    rows = {j: got[key(*j)]["controllers"] for j in jobs}
+
+    def u(r: dict[str, Any], n: str) -> float:
+        return float(r[n]["utility"]["100"])
+
+    vm = {j: r["prorenata"]["vm_hours"] / r["optimal"]["vm_hours"] for j, r in rows.items()}
+    viol = {j: r["prorenata"]["slo_violation_pct"] for j, r in rows.items()}
+    u50 = [j for j in jobs if j[2] == 50.0 and j[3] == 600]
+    uq = {j: u(rows[j], "prorenata") / u(rows[j], "optimal") for j in u50}
+    n = len(jobs)
+    print("### Issue 40: the targets over every replay (penalty 100)\n")
+    print("| target | met |")
+    print("|---|---|")
+    print(f"| VM-hours <= 1.10 x optimal in >= 95 % | {sum(x <= 1.10 for x in vm.values())}"
+          f"/{n} ({100 * sum(x <= 1.10 for x in vm.values()) / n:.1f} %; worst "
+          f"{max(vm.values()):.3f}) |")
+    print(f"| violations <= 1 % in all | {sum(v <= 1.0 for v in viol.values())}/{n} (worst "
+          f"{max(viol.values()):.2f} %) |")
+    print(f"| U(100) <= 1.10 x optimal, 50 GiB 600 s/h, in all | "
+          f"{sum(x <= 1.10 for x in uq.values())}/{len(u50)} (worst "
+          f"{max(uq.values(), default=float('nan')):.3f}) |")
+    print()
+    missed = [j for j in jobs if vm[j] > 1.10 or viol[j] > 1.0 or uq.get(j, 0.0) > 1.10]
+    if not missed:
+        return
+    pf = {j: (model, j[1], j[2], j[3], 100.0, ("perfect-forecast",)) for j in missed}
+    pres = run_all(list(pf.values()))
+    missed = [j for j in missed if key(*pf[j]) in pres]
+    print("Where prorenata misses a target, perfect-forecast on the same replay: its gap to "
+          "optimal is the planning's, the rest of prorenata's the forecast's (U(100); "
+          "share = (prorenata - perfect) / (prorenata - optimal)).\n")
+    print("| window | GiB | s/h | prorenata VM / opt | perfect VM / opt | prorenata U / opt | "
+          "perfect U / opt | forecast's share of the U gap | violation % (prorenata; "
+          "perfect; optimal) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for j in missed:
+        r, p = rows[j], pres[key(*pf[j])]["controllers"]["perfect-forecast"]
+        opt_u, pr_u, pf_u = u(r, "optimal"), u(r, "prorenata"), float(p["utility"]["100"])
+        share = (pr_u - pf_u) / (pr_u - opt_u) if pr_u > opt_u else float("nan")
+        print(f"| {j[1]} | {j[2]:g} | {j[3]} | {vm[j]:.3f} | "
+              f"{p['vm_hours'] / r['optimal']['vm_hours']:.3f} | {pr_u / opt_u:.3f} | "
+              f"{pf_u / opt_u:.3f} | {100 * share:.0f} % | {viol[j]:.2f}; "
+              f"{p['slo_violation_pct']:.2f}; {r['optimal']['slo_violation_pct']:.2f} |")
+    print()
+
+
 def section_penalty(model: str, starts: list[str], all_ctrl: tuple[str, ...]) -> None:
     jobs = [(model, s, 50.0, 600, float(p), all_ctrl) for p in PENALTIES for s in starts]
     res = run_all(jobs)
@@ -195,7 +258,11 @@ def main() -> None:
     ap.add_argument("--model", default="lab", help="lab (default), placeholder, or a file")
     ap.add_argument("--windows", type=int, default=100, help="at most this many other windows")
     ap.add_argument("--sections", default="1,2,3,4")
+    ap.add_argument("--cached-only", action="store_true",
+                    help="report only the replays the cache holds; run nothing")
     args = ap.parse_args()
+    global CACHED_ONLY
+    CACHED_ONLY = args.cached_only
     from elastore.sim.controllers import CONTROLLERS
 
     sections = {int(x) for x in args.sections.split(",")}
@@ -210,6 +277,8 @@ def main() -> None:
         section_penalty(args.model, starts, all_ctrl)
     if 4 in sections:
         section_quantiles()
+    if 5 in sections:
+        section_decomposition(args.model, starts)
 
 
 if __name__ == "__main__":

@@ -27,3 +27,9 @@ class MetricsError(ElastoreError):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class StatusConflict(ElastoreError):
+    """A status write whose precondition failed: the ElasticPolicy changed since it was
+    read (another writer: a second operator replica that believes it leads, or a person).
+    Nothing the write would have recorded was acted on; the caller reads again."""

@@ -52,10 +52,12 @@ def _established(cp: ControlPlane, crd: str) -> bool:
     return any(c.get("type") == "Established" and c.get("status") == "True" for c in conds)
 
 
-def start_control_plane(root: Path, exec_config: str = "") -> ControlPlane:
+def start_control_plane(root: Path, exec_config: str = "", audit_requests: bool = False
+                        ) -> ControlPlane:
     """A control plane with the elastore CRDs and the peering object; a component that
-    cannot start is a test failure, with its log."""
-    cp = ControlPlane(root, exec_config=exec_config)
+    cannot start is a test failure, with its log. ``audit_requests``: every request in
+    the API server's audit log (the scale benchmark's count)."""
+    cp = ControlPlane(root, exec_config=exec_config, audit_requests=audit_requests)
     try:
         cp.start(print)
         cp.kubectl("apply", "-f", str(CRDS))
@@ -127,6 +129,23 @@ spec:
     return "---\n".join(docs)
 
 
+def _setting(name: str) -> property:
+    """A :class:`CassandraMetrics` setting whose change first brings the counters up to
+    now at the old value."""
+    attr = f"_{name}"
+
+    def get(self: Any) -> Any:
+        return getattr(self, attr)
+
+    def put(self: Any, value: Any) -> None:
+        with self._lock:
+            self._advance()
+            setattr(self, attr, value)
+            self._export(0.0)
+
+    return property(get, put)
+
+
 class CassandraMetrics:
     """An HTTP exporter of the metric names Cassandra's JMX exporter publishes (client
     requests, storage load, streaming), with counters that advance at the rate the test
@@ -139,7 +158,13 @@ class CassandraMetrics:
     its ready pods. Series exist for ``SPARE`` more pods than the StatefulSet has (their
     counters flat), so a pod that scales out is not a series in its first minute (the
     default queries' rate window would underestimate it); a partial scrape is the business
-    of :class:`NodeExporters`."""
+    of :class:`NodeExporters`.
+
+    The counters are brought up to date when Prometheus scrapes (as the JMX exporter reads
+    its MBeans at the scrape) and whenever a setting changes (the old rate counts until
+    then), never by a loop of their own: a loop's lag on a busy machine (a stalled thread,
+    a slow pass over many namespaces) read as a dip and a jump of the load, which the
+    forecast's quantiles took as real errors (issue 39's chaos tests)."""
 
     SPARE = 4
 
@@ -152,28 +177,38 @@ class CassandraMetrics:
         None: no latency series, as before."""
         from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-        # the JMX exporter publishes Cassandra's counters as plain samples named *_count
-        self.rps, self.read_ratio, self.data_bytes = rps, read_ratio, data_bytes
+        self._lock = threading.RLock()
+        self._t = time.monotonic()
+        self._rps, self._read_ratio, self._data_bytes = rps, read_ratio, data_bytes
         #: (namespace, StatefulSet) -> (replicas, ready replicas)
-        self.clusters: dict[tuple[str, str], tuple[int, int]] = dict(clusters or {})
-        labels = ["namespace", "pod"]
+        self._clusters: dict[tuple[str, str], tuple[int, int]] = dict(clusters or {})
+        self._latency_ms = latency_ms
         self.reg = CollectorRegistry()
+        # collected first (the registry collects in registration order): the counters as
+        # of this scrape
+        self.reg.register(_AtScrape(self._advance))
+        # the JMX exporter publishes Cassandra's counters as plain samples named *_count
+        labels = ["namespace", "pod"]
         self.req = Gauge("org_apache_cassandra_metrics_clientrequest_count",
                          "client requests", ["name", "scope", *labels], registry=self.reg)
         self.load = Gauge("org_apache_cassandra_metrics_storage_count", "bytes",
                           ["name", *labels], registry=self.reg)
         self.stream = Gauge("org_apache_cassandra_metrics_streaming_count", "bytes",
                             ["name", *labels], registry=self.reg)
-        self.latency_ms = latency_ms
         self.pct = {q: Gauge(f"org_apache_cassandra_metrics_clientrequest_{q}thpercentile",
                              "latency, microseconds", ["name", "scope", *labels],
                              registry=self.reg) for q in (95, 99)}
         self.port = free_port()
         self._server, _ = start_http_server(self.port, addr="127.0.0.1", registry=self.reg)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._export(0.0)
-        threading.Thread(target=self._run, daemon=True).start()
+        self._advance()
+
+    # each change of a setting first counts the time since the last update at the old one
+    rps = _setting("rps")
+    read_ratio = _setting("read_ratio")
+    data_bytes = _setting("data_bytes")
+    clusters = _setting("clusters")
+    latency_ms = _setting("latency_ms")
 
     @property
     def target(self) -> str:
@@ -191,42 +226,55 @@ class CassandraMetrics:
                     md, st = sts["metadata"], sts.get("status") or {}
                     found[(md["namespace"], md["name"])] = (
                         int(sts["spec"].get("replicas") or 0), int(st.get("readyReplicas") or 0))
-                with self._lock:
-                    self.clusters = found
+                self.clusters = found
 
         threading.Thread(target=poll, daemon=True).start()
 
-    def _export(self, dt: float) -> None:
+    def _advance(self) -> None:
+        """The counters up to now, at the settings in force since the last update."""
         with self._lock:
-            clusters = dict(self.clusters)
-        for (ns, sts), (replicas, ready) in clusters.items():
+            now = time.monotonic()
+            self._export(now - self._t)
+            self._t = now
+
+    def _export(self, dt: float) -> None:
+        """``dt`` seconds more at the current settings (the caller holds the lock)."""
+        for (ns, sts), (replicas, ready) in self._clusters.items():
             serving = max(1, ready)
-            n = self.rps * dt / serving
+            n = self._rps * dt / serving
             for k in range(replicas + self.SPARE):
                 pod = f"{sts}-{k}"
                 share = 1.0 if k < serving else 0.0
-                self.load.labels("Load", ns, pod).set(self.data_bytes * share / serving)
+                self.load.labels("Load", ns, pod).set(self._data_bytes * share / serving)
                 self.stream.labels("TotalOutgoingBytes", ns, pod).inc(0)
-                self.req.labels("Latency", "Read", ns, pod).inc(n * share * self.read_ratio)
+                self.req.labels("Latency", "Read", ns, pod).inc(n * share * self._read_ratio)
                 self.req.labels("Latency", "Write", ns, pod).inc(
-                    n * share * (1 - self.read_ratio))
-                if self.latency_ms is not None and share:
-                    lat_us = 1000 * self.latency_ms(self.rps / serving)
+                    n * share * (1 - self._read_ratio))
+                if self._latency_ms is not None and share:
+                    lat_us = 1000 * self._latency_ms(self._rps / serving)
                     for scope in ("Read", "Write"):
                         self.pct[95].labels("Latency", scope, ns, pod).set(lat_us)
                         self.pct[99].labels("Latency", scope, ns, pod).set(1.5 * lat_us)
-
-    def _run(self) -> None:
-        t = time.monotonic()
-        while not self._stop.wait(0.2):
-            now = time.monotonic()
-            self._export(now - t)
-            t = now
 
     def close(self) -> None:
         self._stop.set()
         self._server.shutdown()
         self._server.server_close()  # connection refused from now on
+
+
+class _AtScrape:
+    """A collector that yields nothing and, when collected, brings an exporter's counters
+    up to the moment of the scrape."""
+
+    def __init__(self, advance: Callable[[], None]) -> None:
+        self.advance = advance
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        self.advance()
+        return []
 
 
 class NodeExporters:
@@ -262,12 +310,54 @@ class NodeExporters:
                 m.close()
 
 
+class KubeletVolumes:
+    """A kubelet's ``/metrics`` as far as volumes go (issue 37): the gauges
+    ``kubelet_volume_stats_used_bytes`` and ``kubelet_volume_stats_capacity_bytes``
+    (kubernetes/kubernetes pkg/kubelet/metrics/collectors/volume_stats.go) for each
+    (namespace, PVC) given, labelled ``namespace`` and ``persistentvolumeclaim``. Scraped
+    as a plain target (no namespace label of its own), the series keep the kubelet's
+    labels, as kube-prometheus' kubelet ServiceMonitor (honorLabels) keeps them."""
+
+    def __init__(self, volumes: dict[tuple[str, str], tuple[float, float]]) -> None:
+        from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+        self.reg = CollectorRegistry()
+        labels = ["namespace", "persistentvolumeclaim"]
+        self.used = Gauge("kubelet_volume_stats_used_bytes", "bytes used on the volume",
+                          labels, registry=self.reg)
+        self.capacity = Gauge("kubelet_volume_stats_capacity_bytes",
+                              "the volume's capacity", labels, registry=self.reg)
+        for (ns, pvc), (used, cap) in volumes.items():
+            self.set(ns, pvc, used, cap)
+        self.port = free_port()
+        self._server, _ = start_http_server(self.port, addr="127.0.0.1", registry=self.reg)
+        self.closed = False
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def set(self, ns: str, pvc: str, used: float | None = None,
+            capacity: float | None = None) -> None:
+        """A volume's figures from now on (None: unchanged)."""
+        if used is not None:
+            self.used.labels(ns, pvc).set(used)
+        if capacity is not None:
+            self.capacity.labels(ns, pvc).set(capacity)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._server.shutdown()
+            self._server.server_close()  # its scrape fails from now on
+
+
 class Prometheus:
     """Debian's Prometheus on 127.0.0.1, scraping ``targets`` every second."""
 
     def __init__(self, root: Path, targets: list[str], static_configs: str = "",
                  web_config: str = "", ca: Path | None = None,
-                 auth: tuple[str, str] | None = None) -> None:
+                 auth: tuple[str, str] | None = None, scrape_interval: str = "1s") -> None:
         """``static_configs``: entries of the job's own (YAML, 6 spaces in), besides
         ``targets``. ``web_config``: Prometheus's ``--web.config.file`` (TLS, basic auth);
         then ``ca`` verifies its certificate and ``auth`` logs in to see it ready."""
@@ -276,41 +366,67 @@ class Prometheus:
             pytest.fail("Prometheus is not installed ('make test' installs Debian's)")
         root.mkdir(parents=True, exist_ok=True)
         cfg = root / "prometheus.yml"
-        cfg.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        cfg.write_text(f"global: {{scrape_interval: {scrape_interval}, "
+                       f"evaluation_interval: {scrape_interval}}}\n"
                        "scrape_configs:\n  - job_name: cassandra\n    static_configs:\n"
                        f"      - targets: {json.dumps(targets)}\n{static_configs}")
         self.port = free_port()
+        self.root = root
         self.scheme = "https" if "tls_server_config" in web_config else "http"
         extra = []
         if web_config:
             (root / "web.yml").write_text(web_config)
             extra.append(f"--web.config.file={root / 'web.yml'}")
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={cfg}", f"--web.listen-address=127.0.0.1:{self.port}",
-             f"--storage.tsdb.path={root / 'tsdb'}", "--log.level=warn", *extra],
-            stdout=(root / "log").open("ab"), stderr=subprocess.STDOUT,
-            start_new_session=True)
+        self.argv = [binary, f"--config.file={cfg}",
+                     f"--web.listen-address=127.0.0.1:{self.port}",
+                     f"--storage.tsdb.path={root / 'tsdb'}", "--log.level=warn", *extra]
         import base64
         import ssl
+
+        self._ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
+        self._headers = {} if auth is None else {
+            "Authorization": "Basic " + base64.b64encode(":".join(auth).encode()).decode()}
+        self.proc = self._spawn()
+        wait_until("Prometheus to be ready", self.ready, 30)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.argv, stdout=(self.root / "log").open("ab"),
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def ready(self) -> bool:
         import urllib.request
 
-        ctx = ssl.create_default_context(cafile=str(ca)) if ca is not None else None
-        headers = {} if auth is None else {
-            "Authorization": "Basic " + base64.b64encode(":".join(auth).encode()).decode()}
-
-        def ready() -> bool:
-            try:
-                req = urllib.request.Request(f"{self.url}/-/ready", headers=headers)
-                with urllib.request.urlopen(req, timeout=2, context=ctx) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        wait_until("Prometheus to be ready", ready, 30)
+        try:
+            req = urllib.request.Request(f"{self.url}/-/ready", headers=self._headers)
+            with urllib.request.urlopen(req, timeout=2, context=self._ctx) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
 
     @property
     def url(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Stop it (by default SIGKILL: no clean shutdown, its WAL is replayed at the next
+        start); its port then refuses connections."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=60)
+
+    def restart(self, timeout_s: float = 120) -> float:
+        """Start it again on the same port and data directory (the same flags); returns
+        the seconds until it was ready (the WAL's replay included). A Prometheus that does
+        not come back is a test failure, with its log."""
+        self.kill(signal.SIGTERM)
+        t0 = time.monotonic()
+        self.proc = self._spawn()
+        try:
+            wait_until("Prometheus to be ready again", self.ready, timeout_s)
+        except AssertionError as exc:
+            log = (self.root / "log").read_text(errors="replace")[-3000:]
+            raise AssertionError(f"{exc}\n--- Prometheus's log:\n{log}") from None
+        return time.monotonic() - t0
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -343,11 +459,54 @@ def namespaced_args(release: str, namespaces: tuple[str, ...]) -> tuple[str, ...
     return ("--peering", release, *[a for ns in namespaces for a in ("--namespace", ns)])
 
 
+#: Debian's libfaketime (``apt-get install faketime``)
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+#: ``python -c`` for ``python -m elastore`` under libfaketime: libfaketime 0.9.10 turns
+#: CPython 3.11's ``time.sleep`` (clock_nanosleep on CLOCK_MONOTONIC, TIMER_ABSTIME) into
+#: EINVAL when the monotonic clock is not faked (wolfcw/libfaketime#426), and faking it
+#: hangs threads' timed waits (#390). So the monotonic clock stays real and ``time.sleep``
+#: waits on an Event (a monotonic timed wait, which works); the wall clock (time.time,
+#: datetime, OpenSSL's) is libfaketime's.
+FAKETIME_MAIN = ("import runpy, sys, threading, time\n"
+                 "_slept = threading.Event()\n"
+                 "def _sleep(s: float) -> None:\n"
+                 "    if s < 0:\n"
+                 "        raise ValueError('sleep length must be non-negative')\n"
+                 "    _slept.wait(s)\n"
+                 "time.sleep = _sleep\n"
+                 "sys.argv[0] = 'elastore'\n"
+                 "runpy.run_module('elastore', run_name='__main__', alter_sys=True)\n")
+
+
+def faketime_env(clock: Path) -> dict[str, str]:
+    """The environment that offsets a process's wall clock by what ``clock`` says, read
+    again at every call (so the offset can change while it runs). Not installed: a test
+    failure that says how to install it."""
+    if not LIBFAKETIME.exists():
+        pytest.fail(f"{LIBFAKETIME} is missing: apt-get install -y faketime ('make "
+                    "lab-deps' installs it)")
+    if not clock.exists():
+        set_clock(clock, 0)
+    return {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME_TIMESTAMP_FILE": str(clock),
+            "FAKETIME_NO_CACHE": "1", "DONT_FAKE_MONOTONIC": "1"}
+
+
+def set_clock(clock: Path, offset_s: int) -> None:
+    """Set the offset of the processes run with ``faketime_env(clock)``, atomically (a
+    half-written file would be read as no offset at all)."""
+    tmp = clock.with_suffix(".new")
+    tmp.write_text(f"{offset_s:+d}s\n" if offset_s else "+0\n")
+    os.replace(tmp, clock)
+
+
 class OperatorProcess:
     """``elastore operator run`` as a process of its own (so it can be killed)."""
 
     def __init__(self, kubeconfig: Path, log: Path, *, lifetime_s: int = 10,
-                 extra_env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+                 extra_env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+                 clock: Path | None = None) -> None:
+        """``clock``: run it under Debian's libfaketime, its clock offset by what that file
+        says (``+120s``, ``-120s``, ``+0``; :func:`set_clock` changes it while it runs)."""
         self.metrics_port = free_port()
         self.log = log
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(extra_env or {}))
@@ -356,8 +515,12 @@ class OperatorProcess:
                                f"{sys.executable} {PODEXEC}") for a in ("--nodetool", c)]
         # and the prefix the Swift suites' commands go through (testbed.swiftexec)
         allowed += ["--exec-prefix", f"{sys.executable} {SWIFT_EXEC}"]
+        main = ["-m", "elastore"]
+        if clock is not None:
+            env.update(faketime_env(clock))
+            main = ["-c", FAKETIME_MAIN]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "elastore", "-v", "operator", "run", "--kubeconfig",
+            [sys.executable, *main, "-v", "operator", "run", "--kubeconfig",
              str(kubeconfig), "--metrics-port", str(self.metrics_port), "--metrics-addr",
              "127.0.0.1", "--peering-lifetime", str(lifetime_s), *allowed, *args],
             env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)

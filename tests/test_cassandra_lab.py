@@ -298,7 +298,11 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
     out = tmp_path / "bw.csv"
     argv = [sys.executable, "-m", "elastore", "lab", "profile-bandwidth", "--out", str(out),
             "--client-mbit", "4", "--load-fractions", "0.5,1.3", "--migration-mbit", "4",
-            "--migration-rows", "1500", "--point-seconds", "15"]
+            "--migration-rows", "1500", "--point-seconds", "15",
+            # an SLO far above a shared machine's noise (measured: p95 up to 61 ms at half
+            # the class's rate beside nothing else; CI saw > 100 ms beside the control-plane
+            # suites) and far below an overloaded class's queue (p95 4-7 s at 1.3x)
+            "--slo-ms", "1000"]
     env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900,
                          check=False)
@@ -309,7 +313,8 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
     mig = [r for r in rows if r["migration_mbit"]]
     assert len(client) == 1 and len(mig) == 1, rows
     served = float(client[0]["served_rps"])
-    assert 0 < served < nominal_rps(4), served
+    print(res.stderr[-1500:])
+    assert 0 < served < nominal_rps(4), (served, res.stderr[-1500:])
     speed = float(mig[0]["migration_mibps"])
     print(f"4 Mbit/s: {served:.1f} req/s within the SLO, migration {speed:.3f} MiB/s")
     assert speed == pytest.approx(mbit_to_mibps(4), rel=0.15)

@@ -80,3 +80,31 @@ def test_operator_run_names_a_missing_kubeconfig_and_crd_prints_the_crd(
     doc = yaml.safe_load(res.output)
     assert doc["kind"] == "CustomResourceDefinition"
     assert doc["metadata"]["name"] == "elasticpolicies.elastore.io"
+
+
+def test_concurrent_ticks_bounds_the_ticks_that_run_and_the_pool_holds_them(
+        tmp_path: Path) -> None:
+    """``--concurrent-ticks``: out of range is a usage error; the runtime's slots let that
+    many ticks in and hold the next; the API client's connection pool holds them all."""
+    res = CliRunner().invoke(cli, ["operator", "run", "--concurrent-ticks", "0"])
+    assert res.exit_code == 2 and "--concurrent-ticks" in res.output
+    from elastore.operator.runtime import OperatorOptions, Runtime
+
+    rt = Runtime(OperatorOptions(concurrent_ticks=3))
+    slot = rt.tick_slot()
+    assert rt.tick_slot() is slot  # one set of slots for the process
+    assert all(slot.acquire(blocking=False) for _ in range(3))
+    assert not slot.acquire(blocking=False)  # a fourth tick waits
+    slot.release()
+    assert slot.acquire(blocking=False)
+    kc = tmp_path / "kc"
+    kc.write_text("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+                  "    server: https://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n"
+                  "    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n"
+                  "  user:\n    token: t\n")
+    import os
+    from unittest import mock
+
+    with mock.patch.dict(os.environ, {"KUBECONFIG": str(kc)}):
+        rt = Runtime(OperatorOptions(concurrent_ticks=40))
+        assert rt.api_client().configuration.connection_pool_maxsize >= 44

@@ -322,7 +322,15 @@ def test_backtest_replays_the_range_from_prometheus(
     assert all(abs(r["load_rps"] - 800) < 80 for r in decided[-3:]), decided[-3:]
     assert all(r["desired_replicas"] == 5 for r in decided[-3:]), decided[-3:]
     assert any(r["would_scale"] == 1 and r["replicas"] in (3, 4) for r in decided), decided
-    assert all(r["slo_at_risk"] == (r["replicas"] < 5) for r in decided), decided
+    # judged where the *forecast* is at the 800 req/s (the risk is the forecast's, at the
+    # size there is): the first periods after the pods appeared read a rate over a window
+    # that began before them (lower), and the forecast follows the load a period late (run-E
+    # of stop 44: a row at 4 replicas, 799 req/s observed, risk False on a lower forecast)
+    said = [(r["replicas"], round(r["load_rps"]), round(r["forecast_rps"]), r["slo_at_risk"])
+            for r in decided]
+    full = [r for r in decided if abs(r["forecast_rps"] - 800) < 30]
+    assert len(full) >= 3, said
+    assert all(r["slo_at_risk"] == (r["replicas"] < 5) for r in full), said
     assert "online learning" not in " ".join(out["notes"])  # learn: false in this policy
     # the operator exports the same judgement live
     text = operator.metrics()

@@ -67,6 +67,12 @@ DEFAULTS: dict[str, Callable[[PolicySpec], Any]] = {
     "spec.controlPeriod": lambda p: p.control_period_s,
     "spec.mode": lambda p: p.mode,
     "spec.prediction": lambda p: None,  # {}: the object's own defaults apply
+    "spec.storage": lambda p: None,
+    "spec.storage.targetUtilization": lambda p: p.storage.target_utilization,
+    "spec.storage.compaction": lambda p: p.storage.compaction,
+    "spec.storage.expandVolumes": lambda p: p.storage.expand_volumes,
+    "spec.cost.nodeHour": lambda p: p.storage.node_hour_cost,
+    "spec.cost.gibMonth": lambda p: p.storage.gib_month_cost,
     "spec.prediction.method": lambda p: p.prediction_method,
     "spec.prediction.horizon": lambda p: p.prediction_horizon_s,
     "spec.prediction.step": lambda p: p.prediction_step_s,

@@ -213,8 +213,9 @@ class _DatacenterKube(SimulatedKube):
 
 
 @pytest.mark.parametrize(("nodes", "gib_each", "to", "says"), [
-    # 3 of 6 nodes at 40 GiB leave: 80 GiB on each left, +50 %, above 80 % of 100 GiB
-    (6, 40.0, 3, "free space"),
+    # 3 of 6 nodes at 45 GiB leave: 90 GiB on each left, above spec.storage's budget (80 %
+    # of 100 GiB with Unified compaction)
+    (6, 45.0, 3, "free space"),
     (3, 10.0, 0, "below max(replicas.min, replicationFactor) = 3"),
 ])
 def test_forged_datacenter_resizing_lowers_no_size(nodes: int, gib_each: float, to: int,

@@ -108,8 +108,12 @@ def scenario(ms: ModelSet) -> tuple[np.ndarray, np.ndarray, float]:
     # the horizon planner over two periods, on the forecast path and its quantile scenarios
     ("Horizon", "600s", "horizon"),
 ])
+@pytest.mark.parametrize("kept", [False, True], ids=["fit-each-period", "fit-kept"])
 def test_the_operator_and_the_simulator_make_the_same_decisions(
-        ms: ModelSet, mode: str, horizon: str, exercised: str) -> None:
+        ms: ModelSet, mode: str, horizon: str, exercised: str, kept: bool) -> None:
+    """``kept``: the operator keeps its fitted forecast between periods
+    (:class:`policyloop.WarmForecast`, as the live operator does) and feeds it only the
+    new step; without, it fits from scratch every period (a restarted operator)."""
     doc = copy.deepcopy(SPEC)
     doc["prediction"]["horizon"] = horizon
     doc["planner"] = {"mode": mode, "lookahead": "1200s"}
@@ -120,6 +124,7 @@ def test_the_operator_and_the_simulator_make_the_same_decisions(
     sim.windows_ahead = 2  # the simulator's lookahead, in periods: the spec's 1200 s
     sim.warm(history)
     op_status: dict[str, Any] = {}  # the operator's CR status, as the runner keeps it
+    warm = policyloop.WarmForecast() if kept else None
     replicas = 3
     seen = {exercised: 0, "queued": 0, "in": 0, "out": 0}
     if mode == "Window":
@@ -135,9 +140,10 @@ def test_the_operator_and_the_simulator_make_the_same_decisions(
         s = sim.decisions[-1]
         snap = Snapshot(at_s=now, load_rps=float(knots[k]), read_ratio=0.95, data_bytes=data,
                         migration_mibps=None,
-                        history_rps=np.concatenate([history, knots[: k + 1]]), step_s=PERIOD)
+                        history_rps=np.concatenate([history, knots[: k + 1]]), step_s=PERIOD,
+                        history_end_s=now)
         o = policyloop.decide(spec, snap, replicas, ms, policyloop.memory_from_status(op_status),
-                           operation=op)
+                           operation=op, warm=warm)
         op_status = {"memory": policyloop.memory_to_status(o.memory)}
         if mode == "Horizon":
             assert o.forecast.path is not None and s.forecast.path is not None
@@ -171,6 +177,9 @@ def test_the_operator_and_the_simulator_make_the_same_decisions(
         seen["out"] += nxt > replicas
         replicas = nxt
     assert all(seen.values()), seen  # every mechanism of the loop was on the path
+    if warm is not None and mode == "Horizon":  # fitted once, then one step a period
+        assert (warm.refits, warm.reused, warm.updates) == (1, len(knots) - 1,
+                                                            len(knots) - 1)
 
 
 def test_a_memory_from_before_the_status_round_trip_is_the_same(ms: ModelSet) -> None:

@@ -492,6 +492,25 @@ def test_the_decommission_rate_bisection_is_the_grid_scan(name: str) -> None:
     assert ok.any(axis=0).any() and not ok.all()  # the cases span both sides of the border
 
 
+def test_the_mixtures_tail_at_the_limit_says_what_its_p95_says() -> None:
+    """mixture_exceeds (one evaluation of the tail, for the planner's tables) answers
+    "p95 above the limit?" exactly as solving for the p95 does, on both sides."""
+    from elastore.models.migration import mixture_exceeds, mixture_p95
+
+    rng = np.random.default_rng(11)
+    p_a = rng.uniform(0.5, 200.0, 20000)
+    p_b = rng.uniform(0.5, 200.0, 20000)
+    share = rng.uniform(0.0, 1.0, 20000)
+    limit = rng.uniform(1.0, 150.0, 20000)
+    p95 = np.asarray(mixture_p95(p_a, share, p_b))
+    # away from the border by more than Newton's tolerance (1e-12 relative)
+    clear = np.abs(p95 - limit) > 1e-9 * limit
+    assert np.array_equal(mixture_exceeds(p_a, share, p_b, limit)[clear], (p95 > limit)[clear])
+    assert 0.2 < float(np.mean(p95 > limit)) < 0.8  # both answers are exercised
+    # equal p95s: the mix's is theirs
+    assert not mixture_exceeds(10.0, 0.5, 10.0, 10.5) and mixture_exceeds(10.0, 0.5, 10.0, 9.5)
+
+
 def test_a_migration_faster_than_profiled_costs_capacity() -> None:
     """The lab profile streamed at most 5.6 MiB/s per node; Cassandra's default is
     24 MiB/s. Past the profiled rate a migration takes capacity as the profile's trend

@@ -10,6 +10,7 @@ scenarios that exec nodetool into real nodes are in test_real_node.py.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -239,6 +240,9 @@ def test_recommend_mode_publishes_its_plan_and_changes_nothing_else(
             in text
         assert 'elastore_desired_replicas{namespace="recommend",policy="orders"}' in text
         assert "elastore_decision_seconds_count" in text
+        # the operator's own: every tick timed, and each period's lateness once one fell due
+        assert re.search(r"^elastore_tick_seconds_count [1-9]", text, re.M), text[-2000:]
+        assert "elastore_period_lateness_seconds_count" in text
     finally:
         assert op.stop() == 0, op.tail()  # graceful: SIGTERM ends it cleanly
 

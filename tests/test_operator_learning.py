@@ -16,7 +16,7 @@ import pytest
 from elastore.errors import MetricsError
 from elastore.models.bundle import ModelSet
 from elastore.operator import calibration
-from elastore.operator.metrics import NodeReading, Snapshot
+from elastore.operator.metrics import DiskReading, NodeReading, Snapshot
 from elastore.operator.runner import Runner
 from elastore.resources import builtin_model
 from elastore.sim.engine import Cluster
@@ -60,6 +60,10 @@ class Nodes:
 
     def scalar(self, name: str, at_s: float) -> float:
         raise MetricsError("MetricsMissing", f"{name}: Prometheus returned no series")
+
+    def disk(self, at_s: float, steps: int, step_s: float,
+             pvc_template: str | None = None) -> DiskReading:
+        return self.inner.disk(at_s, steps, step_s, pvc_template)
 
     def per_node(self, at_s: float) -> dict[str, NodeReading]:
         self.asked += 1

@@ -804,6 +804,10 @@ def test_the_backtest_goes_on_past_a_period_the_model_cannot_decide() -> None:
         def per_node(self, at_s: float) -> dict[str, Any]:
             raise MetricsMissing("MetricsMissing", "no per-node series")
 
+        def disk(self, at_s: float, steps: int, step_s: float,
+                 pvc_template: str | None = None) -> Any:
+            raise MetricsMissing("MetricsMissing", "no bytes per node")
+
     rows = backtest.replay(spec, Source(), lab, 10_000.0, 10_040.0)
     assert [r.ok for r in rows] == [True, False, True, True, True], rows
     bad = rows[1]

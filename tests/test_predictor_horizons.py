@@ -122,3 +122,16 @@ def test_the_correction_is_the_clipped_regression_times_the_last_error() -> None
     rho = min(max(sxy / sxx, 0.0), 1.0)
     combined = p._combined(3, p._members(3))
     assert p.forecast(3) == pytest.approx(math.expm1(combined + rho * e), rel=1e-9)
+
+
+@pytest.mark.parametrize("days", [5, 10, 30])
+def test_horizons_past_every_seasonal_lag_forecast_on_any_history(days: int) -> None:
+    """A path longer than the seasonal lags a short history allows (72 and 168 steps: a
+    3-day or week lookahead at hourly steps) forecasts finite values at every horizon;
+    with 10 days of history no seasonal lag reaches 72 h ahead (it once raised
+    TypeError: the lag set's largest lag of an empty set)."""
+    y = _signal(5, noise=0.01)[: 24 * days]
+    p = ProRenaTa().fit(y)
+    for h in (1, 24, 49, 72, 168):
+        f = p.forecast(h)
+        assert math.isfinite(f) and 0.3 * y.mean() < f < 3 * y.mean(), (h, f)

@@ -115,3 +115,24 @@ def test_without_statsforecast_the_error_says_what_to_install(
     monkeypatch.setattr(builtins, "__import__", no_statsforecast)
     with pytest.raises(ElastoreError, match=r"elastore\[forecast\]"):
         Mstl().fit(_series(4))
+
+
+def test_mstl_log_fits_the_log_on_all_the_history_so_far() -> None:
+    """``mstl-log`` (issue 40): the same model on log(1 + load), fitted on everything seen
+    (not the last four weeks); right after a fit its forecast is exp(MSTL.predict) - 1 of
+    that fit, and a weekly refit keeps every hour (the window only grows)."""
+    from elastore.predictor.mstl import MstlLog
+
+    y = _series(8)
+    p = MstlLog().fit(y[:6 * 168])
+    assert p.hist.array().size == 6 * 168 > FIT_WINDOW  # the whole history, not 4 weeks
+    ref = models.MSTL(season_length=list(SEASONS),
+                      trend_forecaster=models.AutoETS(model="ZZN")).fit(
+        np.log1p(y[:6 * 168])).predict(24)["mean"]
+    assert [p.forecast(h) for h in (1, 12, 24)] == pytest.approx(
+        list(np.expm1([ref[0], ref[11], ref[23]])), rel=1e-9)
+    for v in y[6 * 168:6 * 168 + REFIT_EVERY]:
+        p.update(float(v))
+    assert p.since_fit == 0 and p.hist.array().size == 7 * 168  # refitted on all of it
+    assert p.forecast(1) == pytest.approx(y[7 * 168], rel=0.05)
+    assert make("mstl-log").name == "mstl-log"

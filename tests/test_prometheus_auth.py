@@ -105,12 +105,16 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         except MetricsError:
             return False
 
-    wait_until("the load in Prometheus", loaded, 60)
-    yield bed
-    proxy.close()
-    for p in (secured, plain):
-        p.close()
-    exporter.close()
+    # stopped however the set-up ends: a wait that fails (stop 40's fresh clone, on a
+    # starved machine) left both Prometheus processes running
+    try:
+        wait_until("the load in Prometheus", loaded, 60)
+        yield bed
+    finally:
+        proxy.close()
+        for p in (secured, plain):
+            p.close()
+        exporter.close()
 
 
 #: the load over 5 s instead of the preset's 1 min: the test need not wait a minute for a

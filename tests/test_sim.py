@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -217,7 +218,8 @@ def test_optimal_is_what_the_replay_measures_and_a_lower_bound(series, ms, penal
 
     i0, h = locate(series, "2009-03-09", "2009-03-10 23:00")
     cfg = SimConfig(penalty=penalty, data_gib=20.0)
-    names = ["optimal", "prorenata", "ideal", "hpa", "feedback", "static-peak"]
+    names = ["optimal", "prorenata", "ideal", "perfect-forecast", "hpa", "feedback",
+             "static-peak"]
     controllers.OptimalController.attach = keep  # type: ignore[method-assign]
     try:
         res = simulate(series, i0, h, names, ms, cfg, "test")
@@ -320,3 +322,183 @@ def test_long_migrations_neither_ratchet_nor_cost_more_than_the_peak(series) -> 
     assert pr.serving[-1] < pr.serving.max()  # it scales back in
     assert m["prorenata"]["vm_hours"] <= m["static-peak"]["vm_hours"]
     assert m["prorenata"]["slo_violation_pct"] <= 1.0
+
+
+def test_perfect_forecast_plans_on_the_true_future(ms) -> None:  # type: ignore[no-untyped-def]
+    """``perfect-forecast`` (issue 40) is the horizon planner given the true load of the
+    next windows as its median and its only scenario, the last window held past the end."""
+    from elastore.planner import PlannerConfig
+    from elastore.sim.controllers import Context, make_controller
+
+    knots = np.array([100.0, 200.0, 300.0, 250.0, 150.0])
+    ctrl = make_controller("perfect-forecast")
+    assert ctrl.name == "perfect-forecast" and ctrl.mode == "horizon"  # type: ignore[attr-defined]
+    ctx = Context(k=1, now_s=3600.0, window_s=3600.0, knots=knots, serving=3, target=3,
+                  op=None, models=ms, cfg=PlannerConfig(3, 10), data_bytes=1e9, read_ratio=0.95,
+                  interference=0.0, load_now=200.0)
+    f = ctrl._true_path(ctx, 1, 7200.0)  # type: ignore[attr-defined]
+    assert f.path is not None and f.rps == 300.0 and f.for_s == 7200.0
+    ahead = ctrl.windows_ahead  # type: ignore[attr-defined]
+    want = np.array([300.0, 250.0, 150.0] + [150.0] * (ahead - 3))
+    assert np.array_equal(f.path.median_rps, want)
+    assert np.array_equal(f.path.scenarios_rps, want[None, :]) and f.path.weights.sum() == 1
+    assert np.array_equal(f.path.times_s, 3600.0 + 3600.0 * np.arange(1, ahead + 1))
+
+
+def _attached(ms, name: str, data_gib: float, mibps: float = 24.0) -> int:  # type: ignore[no-untyped-def]
+    """The lookahead (windows) ``name`` takes once attached to a 10-node replay of
+    ``data_gib`` over 600-s windows."""
+    from elastore.planner import PlannerConfig
+    from elastore.sim.controllers import Context, Replay, make_controller
+
+    ctrl = make_controller(name)
+    ctrl.warm(np.full(24 * 21, 100.0))
+    cluster = Cluster.balanced(10, data_gib * GIB, boot_s=60.0)
+    ctx = Context(k=0, now_s=0.0, window_s=600.0, knots=np.ones(4), serving=10, target=10,
+                  op=None, models=ms, cfg=PlannerConfig(3, 30), data_bytes=data_gib * GIB,
+                  read_ratio=0.95, interference=0.0, load_now=1.0)
+    replay = Replay(load_rps=np.ones(4), interference=np.zeros(4), step_s=10.0, boot_s=60.0,
+                    data_bytes=data_gib * GIB, default_mibps=mibps, penalty=100.0)
+    ctrl.attach(cluster, ctx, replay)
+    ahead = int(ctrl.windows_ahead)  # type: ignore[attr-defined]
+    iv = getattr(ctrl, "iv", None)
+    if iv is not None:  # its quantiles were fitted for that path
+        assert iv.horizons == ahead and len(iv.path()) == ahead
+    return ahead
+
+
+def test_the_lookahead_follows_a_scale_ins_payback(ms) -> None:  # type: ignore[no-untyped-def]
+    """Issue 40: the horizon planner looks ahead PAYBACK (3) times a one-node scale-in's
+    migration (a node's share at the store's rate, plus its boot): never less than a day
+    of windows nor more than a week; ``*-day`` keeps the day, as before."""
+    from elastore.planner.types import PAYBACK, scale_in_payback_s
+
+    assert PAYBACK == 3.0
+    # 400 GiB a node at 24 MiB/s: 17,067 s + 60 s boot, x3 over 600-s windows = 86
+    assert scale_in_payback_s(4000 * GIB, 10, 24.0, 60.0) == pytest.approx(
+        3 * (400 * GIB / (24 * 2**20) + 60.0))
+    assert _attached(ms, "prorenata", 4000.0) == math.ceil(
+        3.0 * (400 * GIB / (24 * 2**20) + 60.0) / 600.0) == 86
+    assert _attached(ms, "perfect-forecast", 4000.0) == 86
+    assert _attached(ms, "prorenata", 4000.0, mibps=48.0) == 43  # twice the rate: half
+    assert _attached(ms, "prorenata", 50.0) == 24  # 5 GiB a node: minutes; a day
+    assert _attached(ms, "perfect-forecast", 40_000.0) == 168  # at most a week
+    assert _attached(ms, "prorenata-day", 4000.0) == 24
+    assert _attached(ms, "perfect-forecast-day", 4000.0) == 24
+    with pytest.raises(ValueError, match="MiB/s"):
+        scale_in_payback_s(GIB, 3, 0.0)
+
+
+class _Recording:
+    """A predictor's interface, recording what it is told (a pure unit of logic)."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+
+    def update(self, v: float) -> None:
+        self.seen.append(v)
+
+    def forecast(self, h: int) -> float:
+        return 1.0
+
+
+def test_a_forecaster_is_told_which_hours_the_trace_lacked(ms) -> None:  # type: ignore[no-untyped-def]
+    """Issue 40: a replay fills the trace's missing hours with a straight line, which the
+    cluster serves; a forecaster sees NaN there (as the operator's history has no sample),
+    so it learns no season from the line. The planner's observation is the load served."""
+    from elastore.planner import PlannerConfig
+    from elastore.sim.controllers import Context, Predict
+
+    knots = np.array([100.0, 150.0, 200.0, 250.0])
+    gaps = np.array([False, True, True, False])
+    ctrl = Predict()
+    rec = _Recording()
+    ctrl.p = rec  # type: ignore[assignment]
+    for k in range(4):
+        ctx = Context(k=k, now_s=600.0 * k, window_s=600.0, knots=knots, serving=3, target=3,
+                      op=None, models=ms, cfg=PlannerConfig(3, 10), data_bytes=1e9,
+                      read_ratio=0.95, interference=0.0, load_now=float(knots[k]), gaps=gaps)
+        assert (math.isnan(ctx.seen_rps) if gaps[k] else ctx.seen_rps == knots[k])
+        ctrl.on_window(ctx)
+    assert rec.seen[0] == 100.0 and rec.seen[3] == 250.0
+    assert math.isnan(rec.seen[1]) and math.isnan(rec.seen[2])
+
+
+def test_a_replay_with_missing_hours_fills_them_for_the_cluster_only(series, ms) -> None:  # type: ignore[no-untyped-def]
+    """The window of 2009-11-15 lacks 33 hours: the replay serves them as a straight line
+    (and counts them), the forecasters see NaN there, and prorenata plans on (runs through
+    the gaps without error)."""
+    from elastore.sim.run import prepare_load
+
+    i0, h = locate(series, "2009-11-20", "2009-11-27 23:00")
+    cfg = SimConfig(peak_rps=7000.0)
+    knots, _hist, missing = prepare_load(series, i0, h, cfg)
+    assert int(missing.sum()) == 33 and np.isfinite(knots).all()
+    res = simulate(series, i0, h, ["prorenata"], ms, cfg, "test")
+    assert res.gaps_filled == 33
+    run = res.runs["prorenata"]
+    assert run.serving.min() >= 3
+    # forecasts go on through the gaps (imputed), for every window after the first
+    assert all(math.isfinite(v) for v in run.forecasts.values())
+
+
+def test_the_holiday_calendar() -> None:
+    """Easter by the Gregorian computus (dates checked against published calendars), and
+    the hours of the holidays: Christmas Eve to Boxing Day, New Year's Eve and Day, Good
+    Friday to Easter Monday."""
+    import datetime as dt
+
+    import pandas as pd
+
+    from elastore.traces.calendar import easter, holiday_hours, holidays
+
+    assert [easter(y) for y in (2008, 2009, 2016, 2024, 2025, 2026)] == [
+        dt.date(2008, 3, 23), dt.date(2009, 4, 12), dt.date(2016, 3, 27),
+        dt.date(2024, 3, 31), dt.date(2025, 4, 20), dt.date(2026, 4, 5)]
+    h09 = holidays(2009)
+    assert {dt.date(2009, 4, 10), dt.date(2009, 4, 13), dt.date(2009, 12, 24),
+            dt.date(2009, 1, 1)} <= h09 and dt.date(2009, 4, 14) not in h09
+    hours = pd.date_range("2008-12-23 22:00", "2009-01-02 01:00", freq="h")
+    mask = holiday_hours(hours)
+    on = {str(d) for d in hours[mask].normalize().unique().date}
+    assert on == {"2008-12-24", "2008-12-25", "2008-12-26", "2008-12-31", "2009-01-01"}
+    assert not mask[:2].any() and mask[2] and not mask[-1]  # 23 Dec, 24 Dec 00:00, 2 Jan
+
+
+def test_prorenata_holidays_keeps_holiday_hours_out_of_its_seasons(ms) -> None:  # type: ignore[no-untyped-def]
+    """``prorenata-holidays`` (issue 40): a holiday's load reaches its forecaster as NaN
+    (imputed, no season learned from it), while its plan observes the load itself;
+    ``prorenata`` is told nothing."""
+    from elastore.planner import PlannerConfig
+    from elastore.sim.controllers import Context, make_controller
+
+    knots = np.full(30, 1000.0)
+    holiday = np.zeros(30, dtype=bool)
+    holiday[2:4] = True
+    got: dict[str, list[float]] = {}
+    for name in ("prorenata", "prorenata-holidays"):
+        ctrl = make_controller(name)
+        ctrl.warm(np.full(24 * 28, 1000.0))
+        seen = got.setdefault(name, [])
+        real = ctrl.iv.update  # type: ignore[attr-defined]
+
+        def record(v: float, real=real, seen=seen) -> None:  # type: ignore[no-untyped-def]
+            seen.append(v)
+            real(v)
+
+        ctrl.iv.update = record  # type: ignore[attr-defined]
+        for k in range(5):
+            ctx = Context(k=k, now_s=3600.0 * k, window_s=3600.0, knots=knots, serving=5,
+                          target=5, op=None, models=ms,
+                          cfg=PlannerConfig(3, 10, window_s=3600.0), data_bytes=1e9,
+                          read_ratio=0.95, interference=0.0, load_now=1000.0,
+                          holidays=holiday)
+            ctrl.on_window(ctx)
+            if k:  # the plan's observation is the load, holiday or not: its error is known
+                err = ctrl.decisions[-1].forecast_error  # type: ignore[attr-defined]
+                assert err is not None and math.isfinite(err)
+    assert got["prorenata"] == [1000.0] * 5
+    h = got["prorenata-holidays"]
+    assert h[:2] == [1000.0, 1000.0] and h[4] == 1000.0 and all(math.isnan(v) for v in h[2:4])

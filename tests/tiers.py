@@ -123,6 +123,16 @@ def measurements() -> list[Measurement]:
         Measurement("agent", (py, "experiments/agent/run.py"),
                     "experiments/agent/results.json", 25,
                     "the node agent through the operator: a scale-out under load"),
+        Measurement("disk", (py, "experiments/disk/run.py"),
+                    "experiments/disk/results.json", 20,
+                    "scale for the bytes: the simulator's 29 windows growing 2 % a day"),
+        # the lab's move first: the simulator's RESULTS.md reads its lab.json
+        Measurement("skew-lab", (py, "experiments/skew/lab.py"),
+                    "experiments/skew/lab/results.json", 4,
+                    "a nodetool move on single-token real Cassandra: share, bytes, rows"),
+        Measurement("skew", (py, "experiments/skew/run.py"),
+                    "experiments/skew/results.json", 9,
+                    "balance before buy: count-only against skew-aware on the per-page trace"),
     ]
 
 

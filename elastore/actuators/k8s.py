@@ -4,7 +4,8 @@
 * **nodetool** through ``pods/exec`` into the store's container (the command is the
   policy's ``target.nodetool``): ``netstats`` for a node's ring mode, ``decommission``,
   ``setstreamthroughput``;
-* **PVCs** of removed pods, deleted only when the policy says so;
+* **PVCs** of removed pods, deleted only when the policy says so; a PVC's request grown
+  (never shrunk) when its StorageClass allows volume expansion;
 * **CassandraDatacenters** (cass-operator): ``spec.size`` patched with a compare-and-set,
   the racks' StatefulSets (owned by the datacenter) and their pods read.
 
@@ -17,7 +18,9 @@ Every call names what failed; nothing here decides anything.
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +30,10 @@ from elastore.actuators.nodetool import (
     compaction_setting,
     compaction_tasks,
     failure_summary,
+    move_args,
     parse_compaction_throughput,
     parse_host_id,
+    parse_info_tokens,
     parse_mode,
     read_ring,
     repair_activity,
@@ -41,9 +46,12 @@ from elastore.actuators.ports import (
     LEFT_RING_ANNOTATION,
     MANAGED_LABEL,
     NODE_STATE_LABEL,
+    TOKENS_LABEL,
     DatacenterFacts,
     DriftError,
     StatefulSetFacts,
+    VolumeFacts,
+    expansion_wanted,
 )
 from elastore.errors import ElastoreError
 from elastore.units import GIB, KIB, MIB, PIB, TIB
@@ -67,6 +75,28 @@ def parse_quantity(q: str) -> float:
     return float(s)
 
 
+def storage_quantity(n_bytes: float) -> str:
+    """Bytes as a Kubernetes quantity: whole ``Gi`` when it divides, else bytes (rounded
+    up, never below what was asked)."""
+    whole = math.ceil(n_bytes)
+    return f"{whole // GIB}Gi" if whole % GIB == 0 else str(whole)
+
+
+#: the beta annotation that named a PVC's StorageClass before spec.storageClassName (the
+#: API server still reads it first)
+_BETA_CLASS_ANNOTATION = "volume.beta.kubernetes.io/storage-class"
+
+
+def _api_message(exc: Any) -> str:
+    """The first line of the API server's Status message in an ApiException (a
+    validation's message goes on with a diff of the spec), else its reason."""
+    try:
+        said = str(json.loads(exc.body).get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        said = str(exc.reason)
+    return said.strip().splitlines()[0] if said.strip() else str(exc.reason)
+
+
 @dataclass(frozen=True)
 class ExecResult:
     rc: int | None  # None: the exit status could not be read
@@ -85,6 +115,7 @@ class KubeActuator:
         self.core = client.CoreV1Api(api_client)
         #: why a decommission issued by this process failed, per (namespace, pod)
         self._failures: dict[tuple[str, str], str] = {}
+        self._move_failures: dict[tuple[str, str, str], str] = {}
         #: the cleanups this process issued: "running", "done" or "failed: <why>"
         self._cleanups: dict[tuple[str, str], str] = {}
 
@@ -415,6 +446,40 @@ class KubeActuator:
     def decommission_failure(self, ns: str, pod: str) -> str | None:
         return self._failures.get((ns, pod))
 
+    # -- a single-token node's move (issue 38) -------------------------------------------------
+    def node_tokens(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
+                    ) -> tuple[int, ...]:
+        res = self.nodetool(ns, pod, container, nodetool, "info", "-T", timeout_s=60)
+        if res.rc != 0:
+            raise ElastoreError(f"nodetool info -T in {ns}/{pod} exited {res.rc}: "
+                                f"{failure_summary(res.stdout, res.stderr)}")
+        return parse_info_tokens(res.stdout)
+
+    def start_move(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...],
+                   token: int) -> None:
+        """Issue ``nodetool move`` without waiting for it (the node streams the range it
+        gains; the loop follows its tokens and mode)."""
+        args = move_args(token)
+        key = ("move", ns, pod)
+
+        def run() -> None:
+            try:
+                res = self.nodetool(ns, pod, container, nodetool, *args,
+                                    timeout_s=24 * 3600)
+                said = failure_summary(res.stdout, res.stderr)
+                log.info("move of %s/%s to %s returned %s: %s", ns, pod, token, res.rc, said)
+                if res.rc != 0:
+                    self._move_failures[key] = f"nodetool move exited {res.rc}: {said}"
+            except ElastoreError as exc:
+                log.warning("move of %s/%s: %s", ns, pod, exc)
+                self._move_failures[key] = str(exc)[:500]
+
+        self._move_failures.pop(key, None)
+        threading.Thread(target=run, name=f"move {pod}", daemon=True).start()
+
+    def move_failure(self, ns: str, pod: str) -> str | None:
+        return self._move_failures.get(("move", ns, pod))
+
     # -- cleanup and repairs ------------------------------------------------------------------
     def start_cleanup(self, ns: str, pod: str, container: str,
                       nodetool: tuple[str, ...]) -> None:
@@ -521,6 +586,40 @@ class KubeActuator:
         if failed:
             raise ElastoreError("setstreamthroughput failed on " + "; ".join(failed))
         return applied
+
+    # -- the pods' tokens (issue 38's split at a scale-out) ------------------------------------
+    def pod_tokens_config(self, ns: str, name: str) -> tuple[dict[str, str], bool] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            cm: Any = self.core.read_namespaced_config_map(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ElastoreError(f"reading ConfigMap {ns}/{name}: {exc.reason}") from exc
+        labels = cm.metadata.labels or {}
+        return ({str(k): str(v) for k, v in (cm.data or {}).items()},
+                labels.get(TOKENS_LABEL) == "true")
+
+    def set_pod_token(self, ns: str, name: str, pod: str, value: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        got = self.pod_tokens_config(ns, name)
+        try:
+            if got is None:
+                obj: Any = {"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": name, "namespace": ns, "labels": {
+                                TOKENS_LABEL: "true",
+                                "app.kubernetes.io/managed-by": "elastore"}},
+                            "data": {pod: value}}
+                self.core.create_namespaced_config_map(ns, obj)
+                return
+            if not got[1]:
+                raise ElastoreError(f"ConfigMap {ns}/{name} exists without the label "
+                                    f"{TOKENS_LABEL}=true: it is not the operator's to write")
+            self.core.patch_namespaced_config_map(name, ns, {"data": {pod: value}})
+        except ApiException as exc:
+            raise ElastoreError(f"writing ConfigMap {ns}/{name}: {exc.reason}") from exc
 
     # -- Swift: the pods' IPs, and the rings' ConfigMap -----------------------------------------
     def pod_ip(self, ns: str, name: str) -> str | None:
@@ -632,3 +731,94 @@ class KubeActuator:
         except ApiException as exc:
             if exc.status != 404:
                 raise ElastoreError(f"deleting PVC {ns}/{name}: {exc.reason}") from exc
+
+    # -- a PVC's size: read, and grown in place --------------------------------------------------
+    def _read_pvc(self, ns: str, name: str) -> Any:
+        """The PVC object; None if it does not exist."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return self.core.read_namespaced_persistent_volume_claim(name, ns)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ElastoreError(f"reading PVC {ns}/{name}: {exc.reason}") from exc
+
+    def _expandable(self, storage_class: str | None) -> bool | None:
+        """The StorageClass's ``allowVolumeExpansion`` (absent: False); None when the PVC
+        names no class or the class cannot be read (gone, or not ours to read)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if not storage_class:
+            return None
+        try:
+            sc: Any = self.client.StorageV1Api(self.core.api_client).read_storage_class(
+                storage_class)
+        except ApiException as exc:
+            log.info("reading StorageClass %s: %s", storage_class, exc.reason)
+            return None
+        return bool(sc.allow_volume_expansion)
+
+    def _volume_facts(self, pvc: Any) -> VolumeFacts:
+        spec, st, meta = pvc.spec, pvc.status, pvc.metadata
+        req = ((spec.resources.requests if spec.resources else None) or {}).get("storage")
+        cap = ((st.capacity if st else None) or {}).get("storage")
+        requested = None if req is None else parse_quantity(req)
+        capacity = None if cap is None else parse_quantity(cap)
+        cls = (meta.annotations or {}).get(_BETA_CLASS_ANNOTATION) or spec.storage_class_name
+        conds = {c.type: c.status for c in ((st.conditions if st else None) or [])}
+        resizing = any(conds.get(t) == "True" for t in ("Resizing", "FileSystemResizePending")) \
+            or (requested is not None and capacity is not None and requested > capacity)
+        return VolumeFacts(name=str(meta.name), uid=str(meta.uid), requested_bytes=requested,
+                           capacity_bytes=capacity, phase=str((st.phase if st else None) or ""),
+                           storage_class=str(cls) if cls else None,
+                           expandable=self._expandable(cls), resizing=resizing)
+
+    def volume(self, ns: str, name: str) -> VolumeFacts | None:
+        pvc = self._read_pvc(ns, name)
+        return None if pvc is None else self._volume_facts(pvc)
+
+    def expand_volume(self, ns: str, name: str, to_bytes: float) -> None:
+        """Patch the PVC's storage request up to ``to_bytes``, with the resourceVersion read
+        (a change in between is a :class:`DriftError`, never overwritten: the check against
+        shrinking holds for the request the patch replaces). The API server's
+        PersistentVolumeClaimResize admission refuses any class without
+        ``allowVolumeExpansion: true`` (403), its validation any claim not Bound (422):
+        each said as an error naming the PVC and its class."""
+        from kubernetes.client.exceptions import ApiException
+
+        where = f"PVC {ns}/{name}"
+        pvc = self._read_pvc(ns, name)
+        if pvc is None:
+            raise ElastoreError(f"{where} does not exist: cannot expand it to "
+                                f"{storage_quantity(to_bytes)}")
+        facts = self._volume_facts(pvc)
+        if not expansion_wanted(where, facts.requested_bytes, to_bytes):
+            return
+        qty = storage_quantity(to_bytes)
+        if facts.storage_class is None:
+            raise ElastoreError(f"{where} names no StorageClass: Kubernetes grows only a PVC "
+                                f"whose class allows volume expansion; not expanding it to {qty}")
+        if facts.expandable is False:
+            raise ElastoreError(f"{where}: its StorageClass {facts.storage_class} does not allow "
+                                f"volume expansion (allowVolumeExpansion is not true); not "
+                                f"expanding it to {qty}")
+        body = {"metadata": {"resourceVersion": pvc.metadata.resource_version},
+                "spec": {"resources": {"requests": {"storage": qty}}}}
+        try:
+            self.core.patch_namespaced_persistent_volume_claim(name, ns, body)
+        except ApiException as exc:
+            if exc.status == 409:
+                raise DriftError(f"{where} changed while it was being expanded to {qty}: not "
+                                 "retried blind") from exc
+            if exc.status == 404:
+                raise ElastoreError(f"{where} is gone: cannot expand it to {qty}") from exc
+            if exc.status in (403, 422):
+                raise ElastoreError(
+                    f"the API server refused to expand {where} (StorageClass "
+                    f"{facts.storage_class}, phase {facts.phase or 'unknown'}) to {qty}: "
+                    f"{_api_message(exc)[:400]}") from exc
+            raise ElastoreError(f"expanding {where} to {qty}: {exc.reason} "
+                                f"{str(exc.body)[:300]}") from exc
+        log.info("expanded %s %s -> %s", where, storage_quantity(facts.requested_bytes or 0),
+                 qty)

@@ -4,7 +4,10 @@
 * a node's ring mode, from ``netstats`` (:func:`parse_mode`);
 * the ring a decommission must judge (:class:`Ring`): every node's state and load from
   ``status``, every keyspace's replication from ``describecluster``, the node's own host ID
-  from ``info``.
+  from ``info``;
+* a single-token ring's tokens from ``ring`` (:func:`single_tokens`), ``move``'s arguments
+  (:func:`move_args`) and refusals (:func:`move_refusal`), a stream's progress from
+  ``netstats`` (:func:`stream_progress`).
 
 nodetool takes whole numbers: with ``-m`` whole MiB/s, without it whole Mbit/s (10^6 bit/s;
 measured on Cassandra 5.0.4: 16 reads back as 1.9073 MiB/s), 8.4x finer.
@@ -243,3 +246,200 @@ def compaction_setting(mibps: float) -> tuple[list[str], float]:
         raise ElastoreError(f"compaction throughput must be > 0 MiB/s, got {mibps}")
     whole = max(1, round(mibps))
     return [str(whole)], float(whole)
+
+
+# -- skew: the ring's tokens and the hot partitions (issue 38) ------------------------------------
+_INFO_TOKEN = re.compile(r"^\s*Token\s*:\s*(-?[0-9]+)\s*$", re.MULTILINE)
+_INFO_TOKEN_HINT = re.compile(r"^\s*Token\s*:\s*\(invoke with -T", re.MULTILINE)
+
+
+def parse_info_tokens(info: str) -> tuple[int, ...]:
+    """The node's own tokens from ``nodetool info -T`` (``Token : <n>`` lines, one per
+    token; without ``-T`` nodetool prints a hint instead, which is an error here)."""
+    text = info or ""
+    found = tuple(int(t) for t in _INFO_TOKEN.findall(text))
+    if found:
+        return found
+    if _INFO_TOKEN_HINT.search(text):
+        raise ElastoreError("nodetool info was run without -T: it lists no tokens")
+    raise ElastoreError(f"nodetool info -T lists no token: {text[:300]!r}")
+
+
+@dataclass(frozen=True)
+class PartitionCount:
+    """One row of a ``profileload`` (or ``toppartitions``) frequency table: a partition of
+    ``table`` (``keyspace.table``), its key as the table's key type prints it, and how many
+    of the node's local reads or writes touched it during the sample."""
+
+    table: str
+    key: str
+    count: int
+
+
+@dataclass(frozen=True)
+class PartitionProfile:
+    """What one node's ``profileload`` sampled: the partitions read and written most."""
+
+    reads: tuple[PartitionCount, ...]
+    writes: tuple[PartitionCount, ...]
+
+
+#: ``profileload``'s arguments: only the two frequency samplers, the ``top`` partitions of
+#: each, over ``duration_ms``; no keyspace and table: every table of the node (4.1 and later)
+def profileload_args(duration_ms: int, top: int) -> list[str]:
+    if not 1 <= int(top) <= 1000:
+        raise ElastoreError(f"profileload's top must be 1..1000, got {top}")
+    if not 1 <= int(duration_ms) <= 3_600_000:
+        raise ElastoreError(f"profileload's duration must be 1 ms..1 h, got {duration_ms} ms")
+    return ["profileload", "-a", "READS,WRITES", "-k", str(int(top)), str(int(duration_ms))]
+
+
+_FREQUENCY = re.compile(r"^Frequency of (reads|writes) by partition:\s*$")
+_SECTION = re.compile(r"^\S.*:\s*$")
+_PARTITION_ROW = re.compile(r"^\s+(\S+)\s+(.*\S)\s+([0-9]+)\s+([0-9]+)\s*$")
+
+
+def parse_profileload(text: str) -> PartitionProfile:
+    """The ``Frequency of reads/writes by partition`` tables of ``nodetool profileload`` or
+    ``toppartitions`` (Cassandra 4.1 and later print both this way; other samplers'
+    sections and nodetool's own DEBUG lines are skipped). A table that says ``Nothing
+    recorded`` is empty; output with neither table is an error (not a profile)."""
+    found: dict[str, list[PartitionCount]] = {}
+    section: str | None = None
+    for raw in (text or "").splitlines():
+        line = raw.rstrip()
+        m = _FREQUENCY.match(line)
+        if m:
+            section = m.group(1)
+            found[section] = []
+            continue
+        if _SECTION.match(line):  # another sampler's section, or a log line
+            section = None
+            continue
+        if section is None or not line.strip():
+            continue
+        row = _PARTITION_ROW.match(line)
+        if row is None or row.group(1) == "Table":
+            continue
+        found[section].append(PartitionCount(row.group(1), row.group(2).strip(),
+                                             int(row.group(3))))
+    if not found:
+        raise ElastoreError("not profileload output (no 'Frequency of reads/writes by "
+                            f"partition' table): {(text or '')[:300]!r}")
+    return PartitionProfile(tuple(found.get("reads", ())), tuple(found.get("writes", ())))
+
+
+# -- single tokens: the ring's tokens and nodetool move ------------------------------------------
+#: Murmur3Partitioner's token space (signed 64-bit); ``move`` refuses anything else
+#: ("Invalid token for Murmur3Partitioner. Got ... but expected a long value")
+MURMUR3_MIN, MURMUR3_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class RingToken:
+    """One token row of ``nodetool ring``: the node holding it and its state there."""
+
+    address: str
+    status: str  # Up, Down
+    state: str  # Normal, Moving, Leaving, Joining
+    load_bytes: float | None  # None: "?"
+    token: int
+
+
+_RING_ROW = re.compile(r"^(\S+)\s+\S+\s+(Up|Down|\?)"
+                       r"\s+(Normal|Moving|Leaving|Joining|\?)\s+(\?|[0-9.]+\s+\S+)\s+\S+\s+"
+                       r"(-?\d+)\s*$")
+
+
+def parse_ring(text: str) -> list[RingToken]:
+    """Every token row of ``nodetool ring`` (Cassandra 5.0.4: Address, Rack, Status, State,
+    Load, Owns, Token; the line above the rows repeats the last token and is skipped). A
+    node with vnodes has one row per token. Raises when no row is found."""
+    out = []
+    for line in (text or "").splitlines():
+        m = _RING_ROW.match(line.strip())
+        if m:
+            load = None if m.group(4) == "?" else parse_size(m.group(4))
+            out.append(RingToken(m.group(1), m.group(2), m.group(3), load, int(m.group(5))))
+    if not out:
+        raise ElastoreError(f"nodetool ring lists no token: {(text or '')[:300]!r}")
+    return out
+
+
+def ring_tokens(text: str) -> dict[str, list[int]]:
+    """Each node's tokens (ascending) from ``nodetool ring``."""
+    out: dict[str, list[int]] = {}
+    for row in parse_ring(text):
+        out.setdefault(row.address, []).append(row.token)
+    return {a: sorted(t) for a, t in out.items()}
+
+
+def single_tokens(text: str) -> dict[str, int]:
+    """Each node's one token from ``nodetool ring``; raises when a node has several
+    (vnodes: ``nodetool move`` refuses such nodes)."""
+    out = {}
+    for address, tokens in ring_tokens(text).items():
+        if len(tokens) != 1:
+            raise ElastoreError(f"node {address} has {len(tokens)} tokens (vnodes): not a "
+                                "single-token ring")
+        out[address] = tokens[0]
+    return out
+
+
+def move_args(token: int) -> list[str]:
+    """``nodetool move``'s arguments for ``token``: ``--`` ends the options, so a negative
+    token is not read as one (5.0.4 accepts a bare negative token too)."""
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise ElastoreError(f"a token must be an integer, got {token!r}")
+    if not MURMUR3_MIN <= token <= MURMUR3_MAX:
+        raise ElastoreError(f"token {token} is outside Murmur3's [{MURMUR3_MIN}, {MURMUR3_MAX}]")
+    return ["move", "--", str(token)]
+
+
+#: what ``nodetool move`` says when Cassandra 5.0.4 refuses (the ``error:`` line; measured
+#: on the lab, docs/lab.md): the node has vnodes; the token is a node's already; data is
+#: streaming *to* this node (another node's move, join or leave in progress); the token
+#: is not a Murmur3 token (nodetool's own check, exit 1)
+MOVE_REFUSALS = {
+    "vnodes": "This node has more than one token and cannot be moved thusly.",
+    "token-taken": "is already owned by another node.",
+    "pending-ranges": "data is currently moving to this node; unable to leave the ring",
+    "invalid-token": "Invalid token for Murmur3Partitioner.",
+}
+
+
+def move_refusal(stdout: str, stderr: str) -> str | None:
+    """Which of :data:`MOVE_REFUSALS` a failed ``nodetool move`` met, or None."""
+    text = (stdout or "") + "\n" + (stderr or "")
+    for kind, said in MOVE_REFUSALS.items():
+        if said in text:
+            return kind
+    return None
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """The stream sessions ``nodetool netstats`` lists on a node, summed: bytes received
+    and to receive, sent and to send (what the node's sessions say, all of them)."""
+
+    mode: str | None
+    received_bytes: int
+    receive_bytes: int
+    sent_bytes: int
+    send_bytes: int
+
+
+_RECEIVING = re.compile(r"Receiving \d+ files, (\d+) bytes total\. Already received \d+ files"
+                        r" \([0-9.]+%\), (\d+) bytes total")
+_SENDING = re.compile(r"Sending \d+ files, (\d+) bytes total\. Already sent \d+ files"
+                      r" \([0-9.]+%\), (\d+) bytes total")
+
+
+def stream_progress(netstats: str) -> StreamProgress:
+    """The streams of a node from ``nodetool netstats`` (a move, bootstrap or decommission
+    in progress); zeros when it streams nothing."""
+    text = netstats or ""
+    rec = [(int(a), int(b)) for a, b in _RECEIVING.findall(text)]
+    snt = [(int(a), int(b)) for a, b in _SENDING.findall(text)]
+    return StreamProgress(parse_mode(text), sum(b for _, b in rec), sum(a for a, _ in rec),
+                          sum(b for _, b in snt), sum(a for a, _ in snt))

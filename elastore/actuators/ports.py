@@ -12,6 +12,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from elastore.actuators.nodetool import Ring
 from elastore.errors import ElastoreError
+from elastore.units import GIB
 
 #: the label a StatefulSet carries to let an Enforce policy act on it
 MANAGED_LABEL = "elastore.io/managed"
@@ -35,6 +36,42 @@ class StatefulSetFacts:
     volume_bytes: float | None  # its requested size
     managed: bool = False  # labelled MANAGED_LABEL=true: it opts in to Enforce
     owner: str | None = None  # "Kind/name" of its controller owner (ownerReferences)
+
+
+@dataclass(frozen=True)
+class VolumeFacts:
+    """One PVC as read now: what is asked of its volume, what it has, and whether it may
+    grow. Sizes in bytes."""
+
+    name: str
+    uid: str
+    requested_bytes: float | None  # spec.resources.requests.storage
+    capacity_bytes: float | None  # status.capacity.storage (None while unbound)
+    phase: str  # status.phase: Pending, Bound, Lost ("" when absent)
+    storage_class: str | None  # its StorageClass's name (None: it names none)
+    #: the StorageClass's allowVolumeExpansion; None if the class is unnamed or unreadable
+    expandable: bool | None
+    #: a condition Resizing or FileSystemResizePending is True, or requested > capacity
+    resizing: bool
+
+
+def _size(n_bytes: float) -> str:
+    return f"{n_bytes / GIB:.4g} GiB ({n_bytes:.0f} bytes)"
+
+
+def expansion_wanted(where: str, requested_bytes: float | None, to_bytes: float) -> bool:
+    """Whether growing ``where`` (``PVC ns/name``) from ``requested_bytes`` to ``to_bytes``
+    is a change: False when equal (nothing to do). A shrink, a size that is not a positive
+    number, or a PVC without a request is an :class:`ElastoreError`: a volume is never
+    shrunk. Pure; both ports ask it before any write."""
+    if not to_bytes > 0 or to_bytes == float("inf"):
+        raise ElastoreError(f"{where}: cannot expand to {to_bytes!r} bytes")
+    if requested_bytes is None:
+        raise ElastoreError(f"{where} requests no storage: nothing to expand")
+    if to_bytes < requested_bytes:
+        raise ElastoreError(f"{where} requests {_size(requested_bytes)}: not shrinking it to "
+                            f"{_size(to_bytes)} (a volume is only ever grown)")
+    return to_bytes > requested_bytes
 
 
 #: the CassandraDatacenter API of cass-operator (group, version, plural)
@@ -129,6 +166,18 @@ class ClusterPort(Protocol):
     def delete_pvc(self, ns: str, name: str) -> None:
         """Delete a PVC (one already gone is not an error)."""
 
+    def volume(self, ns: str, name: str) -> VolumeFacts | None:
+        """The PVC's sizes, phase, StorageClass and whether that class allows expansion;
+        None if the PVC does not exist."""
+
+    def expand_volume(self, ns: str, name: str, to_bytes: float) -> None:
+        """Grow the PVC's ``spec.resources.requests.storage`` to ``to_bytes`` (whole Gi when
+        it divides, else bytes); the volume's own resize is then Kubernetes' (see
+        :meth:`volume`'s ``resizing``). Never shrinks: less than the current request is an
+        :class:`~elastore.errors.ElastoreError` before any write; equal does nothing. A PVC
+        that does not exist, or whose StorageClass does not allow expansion, is an error
+        naming it, as is the API server's own refusal."""
+
 
 @runtime_checkable
 class NodetoolPort(Protocol):
@@ -183,6 +232,49 @@ class NodetoolPort(Protocol):
         """Every listed node's outgoing stream throttle; the MiB/s actually set. Tries every
         pod; if any failed, raises naming each one that did (the others are set): the
         operator calls it one pod at a time, to know which."""
+
+
+@runtime_checkable
+class TokenMovePort(Protocol):
+    """A single-token Cassandra node's token and its move (issue 38's bounded
+    ``nodetool move``), ``nodetool`` in a pod as :class:`NodetoolPort`'s calls."""
+
+    def node_tokens(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...]
+                    ) -> tuple[int, ...]:
+        """The node's own tokens, as it says itself (``nodetool info -T``); raises if
+        nodetool fails."""
+
+    def start_move(self, ns: str, pod: str, container: str, nodetool: tuple[str, ...],
+                   token: int) -> None:
+        """Issue ``nodetool move -- <token>`` without waiting for it (it streams for
+        seconds to hours; the loop follows it in the node's tokens and mode)."""
+
+    def move_failure(self, ns: str, pod: str) -> str | None:
+        """Why the last move issued in this pod failed (its exit code and the tail of its
+        output); None while it runs, once it succeeded, or if none was issued."""
+
+
+#: the label of the ConfigMap the operator writes a new pod's tokens to (issue 38's split at a
+#: scale-out): it writes only into a ConfigMap of that name that carries it, or creates one
+TOKENS_LABEL = "elastore.io/tokens"
+
+
+def tokens_configmap(statefulset: str) -> str:
+    """The ConfigMap a StatefulSet's pods read their ``initial_token`` from: one key per
+    pod name (docs/operator.md says what the pod template must do with it)."""
+    return f"{statefulset}-elastore-tokens"
+
+
+@runtime_checkable
+class TokenConfigPort(Protocol):
+    """The per-pod token ConfigMap (:func:`tokens_configmap`)."""
+
+    def pod_tokens_config(self, ns: str, name: str) -> tuple[dict[str, str], bool] | None:
+        """Its data and whether it carries :data:`TOKENS_LABEL`; None if it does not exist."""
+
+    def set_pod_token(self, ns: str, name: str, pod: str, value: str) -> None:
+        """Set one pod's key, creating the ConfigMap (labelled) if absent; raises if a
+        ConfigMap of that name exists without the label (someone else's: untouched)."""
 
 
 #: the label a ConfigMap must carry for the operator to change the Swift rings in it: a

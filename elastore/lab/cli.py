@@ -55,14 +55,22 @@ def lab_group() -> None:
               help="Also run, per node, the JMX exporter's standalone server with its example "
               "configuration's naming (Prometheus job cassandra-example): what the "
               "jmx-exporter-example preset reads.")
+@click.option("--single-token", is_flag=True,
+              help="One token per node (num_tokens: 1 and an initial_token each, spaced "
+              "evenly unless --tokens says) instead of 16 vnodes: what `lab move` needs.")
+@click.option("--tokens", default="", metavar="LIST",
+              help="The nodes' tokens, comma-separated, node 1 first (implies "
+              "--single-token), e.g. -9223372036854775808,-3074457345618258603,"
+              "3074457345618258602.")
 def up_cmd(store: str, nodes: int, replicas: int, rsync_bwlimit: int, heap: str, veth: bool,
            cpu_per_node: float, store_cpus: str, cfs_period_ms: float,
-           example_exporter: bool) -> None:
+           example_exporter: bool, single_token: bool, tokens: str) -> None:
     """Fetch the jars (cached), create the namespace and start the nodes one by one.
 
     \b
     Example:
       elastore lab up --nodes 3 --heap 256M
+      elastore lab up --nodes 3 --single-token
       elastore lab up --store swift --nodes 3 --replicas 2
     """
     if store == "swift":
@@ -72,15 +80,18 @@ def up_cmd(store: str, nodes: int, replicas: int, rsync_bwlimit: int, heap: str,
         raise ElastoreError(f"--nodes must be 1..{lab.MAX_NODES} for Cassandra on this "
                             "machine (2 cores)")
     cpus = [int(c) for c in _floats("--store-cpus", store_cpus)] if store_cpus else []
+    token_list = _tokens("--tokens", tokens) if tokens else None
     state = lab.up(nodes, heap, veth=veth, cpu_per_node=cpu_per_node, store_cpus=cpus,
-                   cfs_period_us=round(cfs_period_ms * 1000), example_exporter=example_exporter)
+                   cfs_period_us=round(cfs_period_ms * 1000), example_exporter=example_exporter,
+                   single_token=single_token, tokens=token_list)
     click.echo(f"lab up in namespace {state.netns} (state: {lab_dir() / 'lab.json'})")
     for n in state.nodes:
         s = n.spec
         where = f" in {n.netns}" if n.netns else ""
+        token = f", token {n.token}" if n.token is not None else ""
         click.echo(f"  node {n.n}: CQL {s.ip}:9042, storage {s.ip}:7000, JMX 127.0.0.1:"
                    f"{s.jmx_port}{where}, metrics http://{s.metrics}/metrics, pid {n.pid}, "
-                   f"data {n.root}")
+                   f"data {n.root}{token}")
     click.echo(f"  Prometheus: http://{lab.PROMETHEUS_ADDR} (pid {state.prometheus_pid})")
     click.echo(f"reach them from inside the namespace: ip netns exec {state.netns} ...")
 
@@ -176,7 +187,10 @@ def _swift_wait(timeout: float) -> None:
 @click.option("--wait/--no-wait", default=True, show_default=True,
               help="Swift: wait until the replicators have moved the data.")
 @click.option("--timeout", type=click.FloatRange(min=1), default=1800.0, show_default=True)
-def add_node_cmd(wait: bool, timeout: float) -> None:
+@click.option("--token", default=None, metavar="TOKEN",
+              help="Cassandra, single-token lab: the new node's token (its initial_token; "
+              "it bootstraps the range that ends there). Required there.")
+def add_node_cmd(wait: bool, timeout: float, token: str | None) -> None:
     """Cassandra: bootstrap one more node and wait until it has joined. Swift: start one
     more storage node, add its device to the rings, rebalance and distribute the rings.
 
@@ -192,8 +206,70 @@ def add_node_cmd(wait: bool, timeout: float) -> None:
         if wait:
             _swift_wait(timeout)
         return
-    n = lab.add_node()
-    click.echo(f"node {n.n} ({n.spec.ip}) joined, pid {n.pid}")
+    n = lab.add_node(token=_tokens("--token", token)[0] if token is not None else None)
+    click.echo(f"node {n.n} ({n.spec.ip}) joined, pid {n.pid}"
+               + (f", token {n.token}" if n.token is not None else ""))
+
+
+def _tokens(name: str, spec: str) -> list[int]:
+    try:
+        return [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"want comma-separated integer tokens, got {spec!r}",
+                                 param_hint=name) from None
+
+
+@lab_group.command("ring")
+def ring_cmd() -> None:
+    """Each node's token(s), as `nodetool ring` on node 1 says.
+
+    \b
+    Example:
+      elastore lab ring
+    """
+    from elastore.actuators.nodetool import ring_tokens
+
+    state = lab.LabState.load(lab_dir())
+    if state is None or not state.nodes:
+        raise ElastoreError("no lab is up: run 'elastore lab up' first")
+    for ip, toks in sorted(ring_tokens(lab.run_nodetool(state.nodes[0].n, "ring")).items(),
+                           key=lambda kv: kv[1][0]):
+        n = next((x.n for x in state.nodes if x.spec.ip == ip), "?")
+        click.echo(f"node {n} {ip}: {len(toks)} token(s) "
+                   + (str(toks[0]) if len(toks) == 1 else f"{toks[0]} .. {toks[-1]}"))
+
+
+@lab_group.command("move", context_settings={"ignore_unknown_options": True})
+@click.argument("node")
+@click.argument("token")
+@click.option("--poll", type=click.FloatRange(min=0.5), default=2.0, show_default=True,
+              help="Seconds between progress lines (the node's streams, from netstats).")
+def move_cmd(node: str, token: str, poll: float) -> None:
+    """Move single-token NODE (number or IP) to TOKEN (nodetool move) and wait until it is
+    done, printing its streams as they go. A negative TOKEN may be given as is. Cassandra
+    refuses nodes with vnodes, a token that is a node's already, and a node that data is
+    streaming to (docs/lab.md). Run `nodetool cleanup` on the nodes that gave ranges up
+    to drop the data they no longer replicate.
+
+    \b
+    Example:
+      elastore lab up --nodes 3 --single-token
+      elastore lab move 1 -4611686018427387904
+    """
+    target = _tokens("TOKEN", token)
+    if len(target) != 1:
+        raise click.BadParameter(f"want one token, got {token!r}", param_hint="TOKEN")
+
+    def progress(elapsed: float, p: object) -> None:
+        from elastore.actuators.nodetool import StreamProgress
+
+        assert isinstance(p, StreamProgress)
+        click.echo(f"{elapsed:6.1f} s  {p.mode or '?':<8} received "
+                   f"{p.received_bytes / 2**20:.2f}/{p.receive_bytes / 2**20:.2f} MiB, sent "
+                   f"{p.sent_bytes / 2**20:.2f}/{p.send_bytes / 2**20:.2f} MiB", err=True)
+
+    secs = lab.move(node, target[0], on_progress=progress, poll_s=poll)
+    click.echo(f"node {node} moved to token {target[0]} in {secs:.1f} s")
 
 
 @lab_group.command("drain")

@@ -84,6 +84,7 @@ def replay(spec: PolicySpec, source: MetricsSource, models: ModelSet, start_s: f
     steps = policyloop.history_steps(spec.prediction_method, policyloop.path_steps(spec),
                                   spec.calibration_steps)
     memory = policyloop.Memory()
+    warm = policyloop.WarmForecast()  # the forecast kept between periods, as the operator's
     rows: list[Row] = []
     for k, t in enumerate(times):
         try:
@@ -92,7 +93,7 @@ def replay(spec: PolicySpec, source: MetricsSource, models: ModelSet, start_s: f
             if not n:
                 raise MetricsError("MetricsMissing", "no node reported at this time (give "
                                                      "--replicas to replay a known size)")
-            d = policyloop.decide(spec, snap, n, models, memory)
+            d = policyloop.decide(spec, snap, n, models, memory, warm=warm)
             memory = d.memory
             risk = policyloop.slo_at_risk(models, d.forecast_rps, snap.read_ratio, n)
             row = Row(t, True, n, round(snap.load_rps, 3), round(d.forecast_rps, 3),

@@ -63,11 +63,16 @@ def operator_group() -> None:
                    "'http://*.svc:9090'. A policy naming another is PrometheusNotAllowed "
                    "and nothing is fetched. Default: any (the chart sets in-cluster "
                    "services).")
+@click.option("--concurrent-ticks", type=click.IntRange(1, 256), default=8,
+              show_default=True,
+              help="Policies' ticks that run at once; the others wait their turn. More "
+                   "overlaps more waiting on Prometheus and the API server; past the CPU "
+                   "the process has, threads only take the interpreter from each other.")
 def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: int,
             metrics_addr: str, liveness: str | None, standalone: bool, priority: int | None,
             peering: str, peering_lifetime: int, nodetools: tuple[str, ...],
             exec_prefixes: tuple[str, ...], pod_paths: tuple[str, ...],
-            prometheus_urls: tuple[str, ...]) -> None:
+            prometheus_urls: tuple[str, ...], concurrent_ticks: int) -> None:
     """Run the operator until SIGTERM/SIGINT: a control loop per ElasticPolicy, leader
     election among replicas, Events for every decision and action, metrics on /metrics.
 
@@ -103,6 +108,7 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
     options = OperatorOptions(metrics_port=metrics_port, metrics_addr=metrics_addr,
                               peering=peering, standalone=standalone, priority=priority,
                               peering_lifetime_s=peering_lifetime, nodetools=allowed,
+                              concurrent_ticks=concurrent_ticks,
                               exec_prefixes=prefixes,
                               prometheus_urls=tuple(prometheus_urls) or None,
                               **({"pod_paths": tuple(p.rstrip("/") for p in pod_paths)}

@@ -20,7 +20,7 @@ def iso(epoch_s: float) -> str:
 
 
 CONDITIONS = ("Ready", "Forecasting", "ScalingUp", "ScalingDown", "Throttling", "Degraded",
-              "Conflict", "Paused", "Fallback")
+              "Conflict", "Paused", "Fallback", "LookaheadShort")
 
 
 def set_condition(conditions: list[dict[str, Any]], ctype: str, status: bool, reason: str,

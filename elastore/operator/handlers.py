@@ -40,6 +40,8 @@ MAX_SLEEP_S = 300.0
 MAX_POLICIES = 512  # policies one operator serves at once (one worker thread each)
 FINALIZER = "elastore.io/daemon"  # kopf's, on every served policy (it has a daemon)
 RETRY_S = 30.0  # a failed tick: the daemon is restarted after this long
+#: kopf's retries of a failed API request, seconds: 33 s, then every 15 s for 10 min
+API_BACKOFFS_S = (1.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0) + (15.0,) * 40
 
 
 def runtime(memo: Any) -> Runtime:
@@ -70,6 +72,12 @@ def configure(settings: kopf.OperatorSettings, memo: Any, logger: kopf.Logger,
     # its whole life; the default pool (cpus + 4) starved the 7th policy on 2 cores: its
     # loop and every sync handler waited until another loop ended
     settings.execution.max_workers = MAX_POLICIES + 16
+    # kopf's own requests (peering keep-alives, watches, its patches) give up after 8
+    # retries, 54 s in all, and the operator then exits: an API server down for a minute
+    # stopped every replica (issue 39's chaos probes). Retried for ten minutes instead;
+    # a refusal that lasts longer (RBAC removed) still ends in an exit, not a silent hang.
+    # The policies' own ticks are the runner's to retry (Runner.tick).
+    settings.networking.error_backoffs = API_BACKOFFS_S
     if opts.metrics_port > 0:
         rt.telemetry.serve(opts.metrics_port, opts.metrics_addr)
     logger.info("elastore operator: peering %s (priority %d, lifetime %d s), metrics on %s",
@@ -146,7 +154,8 @@ def control_loop(namespace: str | None, name: str, stopped: kopf.DaemonStopped,
         while not stopped:
             wake.clear()
             try:
-                wait = runner.tick()
+                with rt.tick_slot():
+                    wait = runner.tick()
             except ElastoreError as exc:
                 raise kopf.TemporaryError(f"tick failed: {exc}", delay=RETRY_S) from exc
             if math.isinf(wait):

@@ -4,15 +4,22 @@ A missing, empty, NaN or stale series is a :class:`MetricsError` with a reason t
 shows (``PrometheusUnreachable``, ``MetricsMissing``, ``MetricsStale``,
 ``PrometheusError``): never a zero. The loop then decides nothing, so no scale-in happens
 on missing data and every scale-out rests on evidence.
+
+Every query asks about the operator's "now", and Prometheus answers in its own clock (its
+samples carry its scrape times). The two clocks are compared on every answer (its HTTP
+``Date`` header, :func:`clock_reading`): beyond a tolerance (:func:`clock_tolerance_s`) the
+period is ``ClockSkew``, the skew in seconds said, and nothing is read as a measurement.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,8 +29,9 @@ from elastore.errors import ElastoreError, MetricsError
 from elastore.operator.spec import PolicySpec, Prometheus
 
 FloatArray = npt.NDArray[np.float64]
-__all__ = ["MetricsError", "MetricsSource", "NodeReading", "PrometheusSource", "Snapshot",
-           "mask_warmup"]
+__all__ = ["ClockReading", "MetricsError", "MetricsSource", "NodeReading",
+           "PrometheusSource", "Snapshot", "clock_reading", "clock_skew", "clock_tolerance_s",
+           "history_end", "mask_warmup"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,84 @@ class Snapshot:
     #: how many nodes the metrics come from (None: the source cannot tell, as the
     #: simulator's trace); fewer than the ready pods is a partial scrape
     nodes: int | None = None
+    #: when the history's last step ends (None: at ``at_s``). The operator's sources end it
+    #: on the step grid (:func:`history_end`), so the next period's history is this one
+    #: moved on by whole steps and a kept fit can go on from it
+    history_end_s: float | None = None
+
+
+def history_end(at_s: float, step_s: float) -> float:
+    """The end of the last whole step of ``step_s`` at ``at_s`` (epoch seconds on the step
+    grid: hours end on the hour), at most one step before ``at_s``."""
+    return math.floor(at_s / step_s + 1e-9) * step_s
+
+
+@dataclass(frozen=True)
+class ClockReading:
+    """Prometheus's clock against the operator's, from one HTTP answer: ``offset_s`` is
+    Prometheus's time minus the operator's (positive: the operator's clock is behind), known
+    to within ``error_s`` (the ``Date`` header's whole second, and the time the answer
+    took); ``at_s``: the operator's clock when the answer came."""
+
+    offset_s: float
+    error_s: float
+    at_s: float
+
+
+def clock_reading(date: str | None, sent_s: float, received_s: float) -> ClockReading | None:
+    """The clocks compared from an HTTP ``Date`` header (RFC 9110's IMF-fixdate, whole
+    seconds, the server's clock when it answered; Prometheus's Go server sets it on every
+    answer) and the operator's clock when the request left (``sent_s``) and the answer came
+    (``received_s``). None: no header, or one that is not a date in GMT."""
+    if not date:
+        return None
+    try:
+        when = parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None or when.utcoffset() is None:
+        return None
+    sent_s, received_s = min(sent_s, received_s), max(sent_s, received_s)
+    # the header's second is truncated: Prometheus answered within [when, when + 1), and
+    # the operator's clock read between sent and received meanwhile
+    theirs = when.timestamp() + 0.5
+    ours = (sent_s + received_s) / 2
+    return ClockReading(offset_s=theirs - ours, error_s=0.5 + (received_s - sent_s) / 2,
+                        at_s=received_s)
+
+
+#: the smallest clock difference ever said (the ``Date`` header's resolution is 1 s)
+MIN_CLOCK_TOLERANCE_S = 2.0
+
+
+def clock_tolerance_s(prom: Prometheus) -> float:
+    """The clock difference tolerated between the operator and Prometheus: half the
+    shorter of the rate window and ``staleAfter`` (at least
+    :data:`MIN_CLOCK_TOLERANCE_S`). Within it, a rate still reads mostly the window it
+    means and the freshness check is off by less than half its bound."""
+    return max(MIN_CLOCK_TOLERANCE_S, min(prom.rate_window_s, prom.stale_after_s) / 2)
+
+
+def clock_skew(reading: ClockReading | None, tolerance_s: float) -> MetricsError | None:
+    """``ClockSkew`` when the operator's clock is surely (beyond the reading's error) more
+    than ``tolerance_s`` off Prometheus's, with the skew in seconds and what it would
+    misread; None when the clocks agree or could not be compared."""
+    if reading is None or abs(reading.offset_s) - reading.error_s <= tolerance_s:
+        return None
+    skew = abs(reading.offset_s)
+    if reading.offset_s < 0:
+        how = (f"the operator's clock is {skew:.0f} s ahead of Prometheus's: a query for "
+               f"its now asks about a moment {skew:.0f} s in Prometheus's future, where the "
+               f"newest samples look {skew:.0f} s old and the rates' windows are empty")
+    else:
+        how = (f"the operator's clock is {skew:.0f} s behind Prometheus's: a query for its "
+               f"now reads Prometheus's data of {skew:.0f} s ago as the present, so a change "
+               f"of load or a scrape that stopped is seen {skew:.0f} s late")
+    return MetricsError("ClockSkew", f"{how} (Prometheus's HTTP Date header, to within "
+                                     f"{reading.error_s:.1f} s; tolerated: "
+                                     f"{tolerance_s:.0f} s). Nothing is read as a "
+                                     "measurement until the clocks agree: check NTP on the "
+                                     "operator's node and Prometheus's")
 
 
 @dataclass(frozen=True)
@@ -57,6 +143,18 @@ class NodeReading:
         if self.read_rps is None or self.write_rps is None:
             return None
         return self.read_rps + self.write_rps
+
+
+@dataclass(frozen=True)
+class DiskReading:
+    """Each node's bytes on its volume, and their total over the last steps: from the
+    kubelet's volume stats (``source="kubelet"``, with each volume's capacity) or from the
+    store's own figure (``"store"``: the volumes' sizes come from the PVCs)."""
+
+    source: str
+    used_bytes: dict[str, float]  # by pod
+    capacity_bytes: dict[str, float]  # by pod (kubelet only)
+    history_bytes: FloatArray  # the total used per step, oldest first; NaN where none
 
 
 #: the per-node queries, one series per node (by ``podLabel``)
@@ -77,6 +175,12 @@ class MetricsSource(Protocol):
     def per_node(self, at_s: float) -> dict[str, NodeReading]:
         """Each node's own load, latency and streaming at ``at_s``, by node (pod). A
         :class:`MetricsError` when the source has none at all."""
+
+    def disk(self, at_s: float, steps: int, step_s: float,
+             pvc_template: str | None = None) -> DiskReading:
+        """Each node's bytes on its data volume (the PVCs ``<pvc_template>-<pod>``) and
+        their total's history: the kubelet's volume stats where they are scraped, else the
+        store's own figure. A :class:`MetricsError` when neither has a series."""
 
 
 def _sample(series: Any, name: str) -> float:
@@ -183,9 +287,33 @@ class PrometheusSource:
             _ca_file(cred.ca_pem) if cred.ca_pem else True)
         headers = {"Authorization": f"Bearer {cred.bearer_token}"} if cred.bearer_token \
             else None
+        #: the clocks as the last answer compared them (None: no answer with a Date yet)
+        self.clock: ClockReading | None = None
+        session.hooks["response"].append(self._dated)
         self.client = PrometheusConnect(url=prom.url, headers=headers, auth=cred.basic,
                                         retry=Retry(total=1, backoff_factor=0.2),
                                         session=session, timeout=int(max(1, timeout_s)))
+
+    def _dated(self, response: Any, *args: Any, **kwargs: Any) -> None:
+        """Every answer's ``Date`` against the operator's clock (a requests hook)."""
+        received = time.time()
+        try:
+            took = max(0.0, float(response.elapsed.total_seconds()))
+        except (AttributeError, TypeError, ValueError):
+            took = 0.0
+        got = clock_reading(response.headers.get("Date"), received - took, received)
+        if got is not None:
+            self.clock = got
+
+    def check_clock(self, at_s: float) -> None:
+        """A :class:`MetricsError` ``ClockSkew`` when the last answer says the operator's
+        clock is off Prometheus's beyond :func:`clock_tolerance_s`. Only a reading of the
+        present is judged: a backtest's past periods ask about fixed instants."""
+        if at_s < time.time() - self.prom.stale_after_s:
+            return
+        exc = clock_skew(self.clock, clock_tolerance_s(self.prom))
+        if exc is not None:
+            raise exc
 
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         import requests
@@ -295,8 +423,18 @@ class PrometheusSource:
         return out
 
     def snapshot(self, at_s: float, steps: int, step_s: float) -> Snapshot:
-        """Instant values at ``at_s`` and the load over the last ``steps`` steps."""
-        nodes = self.freshness(at_s)
+        """Instant values at ``at_s`` and the load over the last ``steps`` steps. The
+        clocks are compared first (:meth:`check_clock`): a skew explains an empty or stale
+        answer better than the answer does."""
+        self.clock = None
+        try:
+            nodes = self.freshness(at_s)
+        except MetricsError as exc:
+            if exc.reason == "PrometheusUnreachable":
+                raise
+            self.check_clock(at_s)
+            raise
+        self.check_clock(at_s)
         oldest = min(nodes, key=lambda n: nodes[n])
         if at_s - nodes[oldest] > self.prom.stale_after_s:
             raise MetricsError("MetricsStale", f"node {oldest}'s newest sample is "
@@ -325,10 +463,11 @@ class PrometheusSource:
             migration = None  # only shown in the status
         load = read + write
         self._own_load(at_s, load)
+        end = history_end(at_s, step_s)
         return Snapshot(at_s=at_s, load_rps=load, read_ratio=read / load if load > 0 else 1.0,
                         data_bytes=data, migration_mibps=migration,
-                        history_rps=self.history(at_s, steps, step_s), step_s=step_s,
-                        nodes=len(nodes))
+                        history_rps=self.history(end, steps, step_s), step_s=step_s,
+                        nodes=len(nodes), history_end_s=end)
 
     def _own_load(self, at_s: float, load: float) -> None:
         """A custom ``readRps``/``writeRps`` is checked against the preset's per-pod
@@ -349,6 +488,78 @@ class PrometheusSource:
                                f"{load:,.1f} requests/s, the target's own pods "
                                f"{own:,.1f}: the custom query counts other pods, or a pod "
                                "twice; scope it to the target's pods")
+
+    def _by(self, name: str, at_s: float, label: str, pvc_template: str) -> dict[str, float]:
+        """A per-PVC query's finite, non-negative values by ``label`` (missing: left out)."""
+        q = self.prom.query(name, self.namespace, self.target, pvc_template)
+        result = self._call(self.client.custom_query, q, params={"time": at_s})
+        out: dict[str, float] = {}
+        for series in result if isinstance(result, list) else []:
+            labels = series.get("metric") or {} if isinstance(series, dict) else {}
+            key = str(labels.get(label, ""))
+            v = _sample(series, name)
+            if key and math.isfinite(v) and v >= 0:
+                out[key] = v
+        return out
+
+    def disk(self, at_s: float, steps: int, step_s: float,
+             pvc_template: str | None = None) -> DiskReading:
+        """The kubelet's volume stats by pod where Prometheus has them for the target's data
+        PVCs (``<pvc_template>-<pod>``: another StatefulSet's, or the pod's other volumes,
+        never count), else the store's own per-node bytes (``nodeDataBytes``)."""
+        used: dict[str, float] = {}
+        if pvc_template:
+            try:
+                used = self._by("nodeVolumeUsedBytes", at_s, "persistentvolumeclaim",
+                                pvc_template)
+            except MetricsError as exc:
+                if exc.reason != "MetricsMissing":
+                    raise
+        if used and pvc_template:
+            cap = self._by("nodeVolumeCapacityBytes", at_s, "persistentvolumeclaim",
+                           pvc_template)
+            by_pod, caps = {}, {}
+            for pvc, v in used.items():
+                pod = self.prom.pvc_pod(self.target, pvc_template, pvc)
+                if pod is not None:
+                    by_pod[pod] = v
+                    if pvc in cap:
+                        caps[pod] = cap[pvc]
+            if by_pod:
+                q = self.prom.query("nodeVolumeUsedBytes", self.namespace, self.target,
+                                    pvc_template)
+                hist = self._range(f"sum({q})", at_s, steps, step_s, "volume bytes")
+                return DiskReading("kubelet", by_pod, caps, hist)
+        nodes = self.vector("nodeDataBytes", at_s)
+        if not nodes:
+            raise MetricsError("MetricsMissing", "bytes per node: neither the kubelet's volume "
+                                                 "stats nor the store's own figure "
+                                                 f"({self.query('nodeDataBytes')!r}) has a "
+                                                 "series for the target")
+        hist = self._range(f"sum({self.query('nodeDataBytes')})", at_s, steps, step_s,
+                           "data bytes")
+        return DiskReading("store", nodes, {}, hist)
+
+    def _range(self, inner: str, at_s: float, steps: int, step_s: float, what: str
+               ) -> FloatArray:
+        """``inner`` averaged over each of the last ``steps`` steps; NaN where none."""
+        res = max(1, int(step_s // 10))
+        q = f"avg_over_time(({inner})[{int(step_s)}s:{res}s])"
+        start = at_s - (steps - 1) * step_s
+        out = np.full(steps, np.nan)
+        result = self._call(self.client.custom_query_range, q,
+                            start_time=datetime.fromtimestamp(start, UTC),
+                            end_time=datetime.fromtimestamp(at_s, UTC), step=f"{int(step_s)}s")
+        if not result:
+            return out
+        if len(result) > 1:
+            raise MetricsError("MetricsMissing", f"{what}: {q!r} returned {len(result)} series")
+        for t, v in result[0].get("values", []):
+            k = round((float(t) - start) / step_s)
+            if 0 <= k < steps:
+                x = float(v)
+                out[k] = x if math.isfinite(x) and x >= 0 else np.nan
+        return out
 
     def history(self, at_s: float, steps: int, step_s: float) -> FloatArray:
         """The client load averaged over each of the last ``steps`` steps (the last ends at
@@ -378,13 +589,30 @@ class PrometheusSource:
 def mask_warmup(history: FloatArray, step_s: float, warmup_s: float) -> FloatArray:
     """When the series begins inside the history (a leading run of NaN), its first
     ``warmup_s`` of rates are underestimates (the rate window reaches back before the first
-    sample): they become NaN too. A history that is full from its first step is kept."""
+    sample): they become NaN too. The same on both edges of a gap inside the history at
+    least ``warmup_s`` long (Prometheus down, the scrape failing): the last rates before it
+    reach forward past the last sample, the first after it back into the gap, and both
+    read as a ramp to a fraction of the load (issue 39: after a 10-min outage those ramps
+    made the forecast's upper scenario 4 times the load, and the plan scaled out). A
+    shorter hole is not a new beginning; a history full from its first step is kept."""
     out = np.array(history, dtype=float)
-    finite = np.flatnonzero(np.isfinite(out))
-    if finite.size == 0 or finite[0] == 0:
-        return out
-    first = int(finite[0])
-    out[first:first + math.ceil(warmup_s / step_s)] = np.nan
+    n = math.ceil(warmup_s / step_s)
+    finite = np.isfinite(out)
+    size = len(out)
+    i = 0
+    while i < size:
+        if finite[i]:
+            i += 1
+            continue
+        j = i
+        while j < size and not finite[j]:
+            j += 1
+        # a run of NaN over [i, j): the series begins at j, or stops at i and comes back
+        if i == 0 or (j - i) * step_s >= warmup_s:
+            if i > 0:
+                out[max(0, i - n):i] = np.nan
+            out[j:j + n] = np.nan
+        i = j
     return out
 
 

@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
+
+import numpy as np
 
 from elastore.actuators.ports import MANAGED_LABEL, ClusterPort
 from elastore.errors import ElastoreError, MetricsError
@@ -25,15 +28,17 @@ from elastore.hubbub.effect import InterferenceEffect
 from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
-from elastore.operator import bandwidth, calibration, controls, plausible, policyloop
+from elastore.models.storage import StorageView
+from elastore.operator import bandwidth, calibration, controls, plausible, policyloop, skew
 from elastore.operator.conditions import condition, iso
-from elastore.operator.metrics import MetricsSource, Snapshot
+from elastore.operator.metrics import MetricsSource, NodeReading, Snapshot
 from elastore.operator.policyapi import PolicyStore
 from elastore.operator.spec import PolicySpec
 from elastore.operator.telemetry import OperatorMetrics
 from elastore.operator.tick import Tick
-from elastore.planner.types import Operation
+from elastore.planner.types import PAYBACK, Operation
 from elastore.stores import operation
+from elastore.units import GIB
 
 log = logging.getLogger("elastore.operator")
 RETRY_S = 30.0  # after a failed observation, at most this long until the next try
@@ -57,6 +62,8 @@ class Seams(Protocol):
     def source(self) -> Callable[[PolicySpec, str], MetricsSource]: ...
     @property
     def telemetry(self) -> OperatorMetrics | None: ...
+    @property
+    def nodetools(self) -> tuple[tuple[str, ...], ...]: ...
 
 
 def exec_refused(t: Tick) -> str | None:
@@ -90,6 +97,25 @@ class ControlPeriod:
                                                            repr=False)
     _planning: tuple[Any, Any, ModelSet] | None = field(default=None, init=False, repr=False)
     _cal_prior: tuple[Any, Any, Any] | None = field(default=None, init=False, repr=False)
+    #: this period's per-node readings (learning and the skew view share one query)
+    _nodes: tuple[tuple[int, float], dict[str, NodeReading]] | None = field(
+        default=None, init=False, repr=False)
+    #: the hot-partition sample kept between periods, and when one was last attempted
+    _sampled: skew.SampleClock = field(default_factory=skew.SampleClock, init=False,
+                                       repr=False)
+    #: the sample's thread, and what it left for the next period to collect
+    _sampler: threading.Thread | None = field(default=None, init=False, repr=False)
+    _sample_out: skew.HotSample | None = field(default=None, init=False, repr=False)
+    #: the skew view of the last period (None: mode Off, or no period yet), for Auto's
+    #: rebalancing (:mod:`elastore.operator.rebalancing`)
+    last_view: skew.SkewView | None = field(default=None, init=False, repr=False)
+    #: the fitted forecast, fed only the steps completed since the last period
+    warm: policyloop.WarmForecast = field(default_factory=policyloop.WarmForecast,
+                                          init=False, repr=False)
+
+    def resample(self) -> None:
+        """The store's ranges changed (a move done): the next period samples again."""
+        self._sampled.force = True
 
     def run(self, t: Tick) -> tuple[float, tuple[str, str]] | None:
         """Decide when a period is due. A failed observation degrades the policy: no plan,
@@ -106,8 +132,13 @@ class ControlPeriod:
             last.get("generation") != t.gen or self._stale_scale_in(t, float(last["epoch"]))
         if not due:
             return None
+        if self.s.telemetry is not None and t.evidence and last.get("generation") == t.gen:
+            # a period due by the clock (not a retry, not a new generation): how late
+            self.s.telemetry.period_lateness.observe(
+                max(0.0, t.now - float(last["epoch"]) - spec.control_period_s))
         t.period = True
         t0 = time.monotonic()
+        refits = self.warm.refits
         try:
             decision, snap, inter = self._decide(spec, sts.spec_replicas, t.memory, t.now,
                                                  t.operation, t.status, t)
@@ -124,14 +155,43 @@ class ControlPeriod:
                f"{decision.method}: {decision.forecast_rps:,.0f} req/s at "
                f"{iso(decision.forecast_for_s)}")
         self.s.policies.event(t.body, "Decision", decision.reason[:1000])
+        self._lookahead_said(t, decision)
         self.slo_risk = self._risk(t, decision, snap)
         if self.s.telemetry is not None:
+            self.s.telemetry.forecast_fits.labels(
+                "scratch" if self.warm.refits > refits else "kept").inc()
             self._record(decision)
             self.s.telemetry.decision_seconds.labels(self.s.namespace, self.s.name).observe(
                 time.monotonic() - t0)
             self._backtest_gauges(t, decision, snap)
         t.stream_mibps = self._bandwidth(t, decision, snap)
         return None
+
+    def _lookahead_said(self, t: Tick, decision: policyloop.Decision) -> None:
+        """The ``LookaheadShort`` condition (Horizon): True while ``spec.planner.lookahead``
+        is shorter than a one-node scale-in's payback (the planner's own figure), with a
+        Warning Event when it turns True: such a plan never scales in for a saving that
+        comes after its lookahead (large data, slow streaming)."""
+        spec = t.spec
+        assert spec is not None
+        payback = decision.plan.details.get("payback_s")
+        if spec.planner_mode != "Horizon" or not isinstance(payback, float):
+            return
+        conds = t.status.get("conditions")
+        prev = condition(conds if isinstance(conds, list) else [], "LookaheadShort") or {}
+        if spec.lookahead_s >= payback:
+            t.cond("LookaheadShort", False, "CoversPayback",
+                   f"the lookahead {spec.lookahead_s:,.0f} s covers a scale-in's payback "
+                   f"({payback:,.0f} s)")
+            return
+        msg = (f"spec.planner.lookahead is {spec.lookahead_s:,.0f} s, shorter than a one-node "
+               f"scale-in's payback ({PAYBACK:g} x its migration: {payback:,.0f} s, a node's "
+               f"share of the data at the fastest migration rate, boot included): the plan "
+               f"never scales in for a saving past its lookahead; set it to at least "
+               f"{math.ceil(payback / 3600)}h")
+        t.cond("LookaheadShort", True, "ShorterThanPayback", msg)
+        if prev.get("status") != "True":
+            self.s.policies.event(t.body, "LookaheadShort", msg, warning=True)
 
     @staticmethod
     def _stale_scale_in(t: Tick, decided_s: float) -> bool:
@@ -247,12 +307,247 @@ class ControlPeriod:
                                        reading.index, latency, running is not None, start)
             effect = learner.effect(start)
             models = self._planning_models(models, effect)
+        view, said = self._bytes(spec, source, t, replicas, now)
+        # the skew as this period sees it: status.skew, the gauges, and the planner's view
+        seen = self._skew(t, spec, source, snap, op is not None) if t is not None else None
         decision = policyloop.decide(spec, snap, replicas, models, memory, running,
-                                  interference=reading.index or 0.0)
+                                  interference=reading.index or 0.0, storage=view, skew=seen,
+                                  warm=self.warm)
         if t is not None:
             t.planned_with, t.interference_index = models, reading.index or 0.0
+            t.out["storage"] = _storage_status(said, view, decision)
+            t.out["binding"] = decision.plan.details.get("binding", "load")
         return decision, snap, hubbub.to_status(spec, reading, learner, effect, latency,
                                                 observation, now)
+
+    def _bytes(self, spec: PolicySpec, source: MetricsSource, t: Tick | None, replicas: int,
+               now: float) -> tuple[StorageView | None, dict[str, Any]]:
+        """The bytes for the planner (``spec.storage``): each node's use and volume, from the
+        kubelet's volume stats, else the store's figure and the PVCs' sizes. Without them
+        the plan is for the load only, and the status says why (never a guessed 0)."""
+        sts = t.sts if t is not None else None
+        tmpl = sts.pvc_template if sts is not None else None
+        try:
+            disk = source.disk(now, policyloop.bytes_history_steps(spec),
+                               spec.prediction_step_s, tmpl)
+        except MetricsError as exc:
+            if exc.reason in ("PrometheusUnreachable", "PrometheusUnauthorized"):
+                raise
+            return None, {"source": "none", "message": f"sized for the load only: {exc}"}
+        if sts is not None and spec.target.kind == "StatefulSet":
+            # the pods that serve now: a spare's or a removed ordinal's series is not data
+            own = {f"{sts.name}-{k}" for k in range(replicas)}
+            disk = replace(disk, used_bytes={p: b for p, b in disk.used_bytes.items()
+                                             if p in own},
+                           capacity_bytes={p: b for p, b in disk.capacity_bytes.items()
+                                           if p in own})
+            if not disk.used_bytes:
+                return None, {"source": disk.source, "message": "sized for the load only: "
+                              "no bytes for the serving pods"}
+        volume, how = (min(disk.capacity_bytes.values()), "the kubelet's capacity") \
+            if disk.capacity_bytes else self._pvc_volume(t, list(disk.used_bytes))
+        if volume is None or not volume > 0:
+            return None, {"source": disk.source, "message": f"sized for the load only: {how}"}
+        cannot = self._cannot_grow(spec, t, replicas) if spec.storage.expand_volumes else None
+        if cannot is not None:  # plan with nodes: a volume that cannot grow holds nothing
+            spec = replace(spec, storage=replace(spec.storage, expand_volumes=False))
+        try:
+            view, note = policyloop.storage_view(spec, disk, volume, replicas, now)
+        except ElastoreError as exc:
+            return None, {"source": disk.source, "message": f"sized for the load only: {exc}"}
+        said = [f"volume size from {how}"] + ([note] if note else []) + (
+            [f"expandVolumes: planned with nodes, {cannot}"] if cannot else [])
+        return view, {"source": disk.source, "message": "; ".join(said)}
+
+    def _per_node(self, source: MetricsSource, now: float) -> dict[str, NodeReading]:
+        """The per-node readings at ``now``, queried once a period (the learner and the skew
+        view both read them)."""
+        key = (id(source), now)
+        if self._nodes is not None and self._nodes[0] == key:
+            return self._nodes[1]
+        got = source.per_node(now)
+        self._nodes = (key, got)
+        return got
+
+    def _skew(self, t: Tick, spec: PolicySpec, source: MetricsSource, snap: Snapshot,
+              operating: bool) -> skew.SkewView | None:
+        """``spec.skew`` (:mod:`elastore.operator.skew`): each serving pod's load and the
+        imbalance, the hot ranges from the driver's sample when one is due, the advice;
+        ``status.skew``, the gauges and an Event when the advice changes. Returns the view
+        the planner is handed (None: mode Off)."""
+        settings = spec.skew
+        tm = self.s.telemetry
+        self.last_view = None
+        if settings.mode == "Off":
+            if t.status.get("skew") is not None:
+                t.out["skew"] = None  # removed (a merge patch would keep the old fields)
+            if tm is not None:
+                tm.forget_skew(self.s.namespace, self.s.name)
+            return None
+        assert t.driver is not None and t.target is not None
+        pods = t.driver.pods(spec, t.target, None)  # the serving pods, not a step's new one
+        notes: list[str] = []
+        try:
+            if not callable(getattr(source, "per_node", None)):  # a source of totals only
+                raise MetricsError("MetricsMissing", "this metrics source has no per-pod "
+                                                     "readings")
+            readings = self._per_node(source, t.now)
+        except MetricsError as exc:
+            if exc.reason in ("PrometheusUnreachable", "PrometheusUnauthorized"):
+                raise
+            readings = {}
+            notes.append(f"no per-pod metrics: {exc}")
+        loads = skew.pod_loads(pods, readings)
+        rebalance = (t.status.get("skew") or {}).get("rebalance")
+        moving = isinstance(rebalance, dict) and rebalance.get("underWay") is not None
+        sample = self._hot_sample(t, spec, pods, operating or moving)
+        view = skew.build(settings, loads, spec.target.replication_factor, snap.read_ratio,
+                          snap.load_rps, sample,
+                          rebalances=settings.mode == "Auto" and spec.enforce and
+                          getattr(t.driver, "SPLITS_AT_SCALE_OUT", False))
+        try:
+            hot = skew.ranges(view)
+        except ElastoreError as exc:  # a sample the model refuses: said, never guessed
+            hot = []
+            notes.append(f"hot ranges not mapped: {exc}")
+        facts = skew.facts(view, loads, settings, spec.slo_percentile, sample)
+        advisor = t.driver if isinstance(t.driver, skew.SpreadAdvisor) else None
+        advice, message = skew.judge(view, settings, facts, advisor, operating)
+        if isinstance(t.driver, skew.DeviceNote):
+            notes.append(t.driver.skew_note(spec))
+        clock = self._sampled
+        was = t.status.get("skew")
+        attempted = clock.attempted_s
+        if attempted is None and isinstance(was, dict) and \
+                isinstance(was.get("attemptedEpoch"), int | float):
+            attempted = float(was["attemptedEpoch"])  # the last process' attempt, kept
+        nxt = None if attempted is None else attempted + settings.sample_interval_s
+        status = skew.to_status(settings, spec.enforce, view, loads, hot, advice, message,
+                                sample, clock.said, attempted, nxt, "; ".join(notes),
+                                t.now, iso, spec.max_replicas,
+                                acting=isinstance(t.driver, skew.SkewActor))
+        before = was.get("advice") if isinstance(was, dict) else None
+        if skew.advice_changed(before, status["advice"]):
+            if status["advice"]:
+                self.s.policies.event(t.body, "SkewAdvice", "; ".join(status["advice"])[:1000])
+            elif before:
+                self.s.policies.event(t.body, "SkewAdviceCleared", message[:1000])
+        if isinstance(was, dict):  # Auto's record and hysteresis outlive the period's view
+            for key in ("rebalance", "hysteresis", "rebalancing"):
+                if was.get(key) is not None:
+                    status[key] = was[key]
+        t.out["skew"] = status
+        self.last_view = view
+        if tm is not None:
+            ns, name = self.s.namespace, self.s.name
+            tm.set_node_loads(ns, name, {p.name: p.load_rps for p in loads
+                                         if p.load_rps is not None})
+            tm.set_skew_imbalance(ns, name, None if view.partial else view.imbalance)
+        return view
+
+    def _hot_sample(self, t: Tick, spec: PolicySpec, pods: list[str], operating: bool
+                    ) -> skew.HotSample | None:
+        """The driver's hot-partition sample (:class:`skew.HotSampler`), taken in a thread of
+        its own so that no period (and no step due in it) waits for its commands: started
+        when one is due (``spec.skew.sampleInterval`` since the last attempt, this process'
+        or its predecessor's; or the serving pods changed), not during a node step, and only
+        where the operator may run commands in the target's pods and the policy's nodetool
+        is one it runs. A period uses the last sample that finished."""
+        clock, settings = self._sampled, spec.skew
+        driver: object = t.driver
+        if not isinstance(driver, skew.HotSampler):
+            clock.said = "this store's driver has no token ring to sample"
+            return None
+        self._collect_sample()
+        last = clock.last
+        running = self._sampler
+        if running is not None and running.is_alive():
+            return last
+        moved = last is not None and last.ring is not None and set(last.ring.names) != set(pods)
+        was = t.status.get("skew")
+        epoch = was.get("attemptedEpoch") if isinstance(was, dict) else None
+        if not (moved or clock.due(t.now, settings.sample_interval_s, epoch)):
+            if clock.attempted_s is None and isinstance(epoch, int | float):
+                clock.said = (f"sampled by the operator before this one (at "
+                              f"{iso(float(epoch))}): the next sample is due at "
+                              f"{iso(float(epoch) + settings.sample_interval_s)}")
+            return last
+        if operating:
+            return last  # a node step moves the ranges: sampled once it is done
+        shut = exec_refused(t)
+        if shut is None and tuple(spec.target.nodetool) not in self.s.nodetools:
+            shut = (f"spec.target.nodetool {list(spec.target.nodetool)} is not a command "
+                    "this operator runs (`elastore operator run --nodetool`)")
+        if shut is not None:
+            clock.said = f"not sampled: {shut}"
+            return last
+        clock.attempted_s, clock.force = t.now, False
+        clock.said = f"sampling since {iso(t.now)} (its result is used from the next period)"
+        kube, ns, now = self.s.kube, self.s.namespace, t.now
+
+        def run() -> None:
+            try:
+                self._sample_out = driver.skew_sample(kube, ns, spec, pods, now)
+            except Exception as exc:  # a thread's failure is said, not lost
+                log.exception("%s/%s: the hot-partition sample failed", ns, self.s.name)
+                self._sample_out = skew.HotSample(now, spec.skew.sample_duration_s, notes=(
+                    f"the sample failed: {type(exc).__name__}: {exc}"[:300],))
+
+        self._sampler = threading.Thread(target=run, name=f"skew-{ns}-{self.s.name}",
+                                         daemon=True)
+        self._sampler.start()
+        return last
+
+    def _collect_sample(self) -> None:
+        """A sample its thread finished: kept, and said."""
+        got, self._sample_out = self._sample_out, None
+        if got is None:
+            return
+        clock = self._sampled
+        clock.last = got
+        placed = 0 if got.keys is None else len(got.keys)
+        clock.said = (f"sampled at {iso(got.at_s)} for {got.duration_s:g} s: ring "
+                      f"{'read' if got.ring is not None else 'not read'}, {placed} hot "
+                      "key(s) placed on it"
+                      + (f" ({got.keys.total_rps:,.1f} requests/s)" if got.keys is not None
+                         else "")
+                      + ("; " + "; ".join(got.notes) if got.notes else ""))
+
+    def _cannot_grow(self, spec: PolicySpec, t: Tick | None, replicas: int) -> str | None:
+        """Why the target's volumes cannot grow (None: every PVC exists and its
+        StorageClass allows expansion), read from the PVCs and their classes."""
+        sts = t.sts if t is not None else None
+        if spec.target.kind != "StatefulSet" or sts is None or not sts.pvc_template:
+            return (f"a {spec.target.kind} without a volumeClaimTemplate: its volumes are "
+                    "not the operator's to grow")
+        for k in range(replicas):
+            name = f"{sts.pvc_template}-{sts.name}-{k}"
+            v = self.s.kube.volume(self.s.namespace, name)
+            if v is None:
+                return f"PVC {name} does not exist"
+            if v.expandable is not True:
+                return (f"PVC {name}'s StorageClass {v.storage_class or '(none named)'} does "
+                        "not allow expansion (allowVolumeExpansion)")
+        return None
+
+    def _pvc_volume(self, t: Tick | None, pods: list[str]) -> tuple[float | None, str]:
+        """The smallest volume of the pods' PVCs (``<template>-<pod>``): the bound capacity,
+        else the request; else the StatefulSet's volumeClaimTemplate."""
+        sts = t.sts if t is not None else None
+        tmpl = sts.pvc_template if sts is not None else None
+        sizes: list[float] = []
+        if tmpl:
+            for pod in pods:
+                v = self.s.kube.volume(self.s.namespace, f"{tmpl}-{pod}")
+                size = None if v is None else (v.capacity_bytes or v.requested_bytes)
+                if size:
+                    sizes.append(size)
+        if sizes:
+            return min(sizes), "the PVCs"
+        tv = sts.volume_bytes if sts is not None else None
+        if tv:
+            return float(tv), "the volumeClaimTemplate"
+        return None, "no volume size (no PVC of the target's pods, no volumeClaimTemplate)"
 
     def _calibrated(self, t: Tick, spec: PolicySpec, source: MetricsSource,
                     models: ModelSet, index: float | None, operating: bool) -> ModelSet:
@@ -282,7 +577,7 @@ class ControlPeriod:
         learner_ = calibration.learner(spec, state)
         prior = self._calibration_prior(spec, models)
         try:
-            nodes = source.per_node(t.now)
+            nodes = self._per_node(source, t.now)
         except MetricsError as exc:
             if exc.reason == "PrometheusUnreachable":
                 raise
@@ -461,3 +756,32 @@ class ControlPeriod:
             return plain
         t.out["bandwidth"] = bandwidth.to_status(split, t.pods())
         return split.stream_mibps
+
+
+def _storage_status(said: dict[str, Any], view: StorageView | None,
+                    d: policyloop.Decision) -> dict[str, Any]:
+    """``status.storage``: the bytes as this period read them and what the plan does."""
+    out = dict(said)
+    if view is None:
+        return out
+    det = d.plan.details
+    path = view.path
+    growth = None
+    if path is not None and len(path.times_s):
+        k = int(np.searchsorted(path.times_s, d.now_s + 86400.0))
+        k = min(max(k, 0), len(path.times_s) - 1)
+        span_d = (float(path.times_s[k]) - d.now_s) / 86400.0
+        if span_d > 0:
+            growth = (float(path.median_bytes[k]) - view.total_bytes) / GIB / span_d
+    crossed = det.get("budget_crossed_s")
+    out.update({
+        "nodes": len(view.node_bytes), "usedBytes": max(view.node_bytes),
+        "volumeBytes": view.volume_bytes, "utilization": round(view.utilization, 4),
+        "budget": round(view.config.budget, 4), "skew": round(view.skew, 4),
+        "growthGiBPerDay": None if growth is None else round(growth, 3),
+        "crossesInSeconds": float(crossed) if isinstance(crossed, int | float) else None,
+        "nodesForBytes": view.nodes_needed(view.total_bytes),
+        "expandToBytes": det.get("expand_volume_bytes")})
+    if det.get("volume_choice"):
+        out["volumeChoice"] = str(det["volume_choice"])[:1000]
+    return out

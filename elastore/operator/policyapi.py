@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from elastore.errors import ElastoreError
+from elastore.errors import ElastoreError, StatusConflict
 from elastore.operator.spec import GROUP, KIND, PLURAL, VERSION
 
 log = logging.getLogger("elastore.operator")
@@ -29,8 +29,11 @@ class PolicyStore(Protocol):
     def get(self, ns: str, name: str) -> dict[str, Any] | None:
         """The whole object; None once it is deleted."""
 
-    def patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
-        """A JSON merge patch of the status subresource."""
+    def patch_status(self, ns: str, name: str, status: dict[str, Any],
+                     expect_version: str | None = None) -> str | None:
+        """A JSON merge patch of the status subresource; the object's resourceVersion
+        after it (None: not known). ``expect_version``: only if the object is still at that
+        resourceVersion, else :class:`~elastore.errors.StatusConflict`."""
 
     def event(self, body: dict[str, Any], reason: str, message: str,
               warning: bool = False) -> None:
@@ -70,15 +73,29 @@ class PolicyApi:
             raise ElastoreError(f"reading ElasticPolicy {ns}/{name}: {exc.reason}") from exc
         return body if isinstance(body, dict) else None
 
-    def patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(self, ns: str, name: str, status: dict[str, Any],
+                     expect_version: str | None = None) -> str | None:
         from kubernetes.client.exceptions import ApiException
 
+        patch: dict[str, Any] = {"status": status}
+        if expect_version is not None:
+            # a precondition: the API server refuses the patch (409) unless the object is
+            # still at this resourceVersion
+            patch["metadata"] = {"resourceVersion": expect_version}
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, ns, PLURAL, name, {"status": status})
+            got: Any = self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, ns, PLURAL, name, patch)
         except ApiException as exc:
+            if exc.status == 409 and expect_version is not None:
+                raise StatusConflict(
+                    f"writing the status of ElasticPolicy {ns}/{name}: it changed since "
+                    f"it was read at resourceVersion {expect_version} (another writer: a "
+                    "second replica that believes it leads, or a person)") from exc
             raise ElastoreError(f"writing the status of ElasticPolicy {ns}/{name}: "
                                 f"{exc.reason} {str(exc.body)[:300]}") from exc
+        version = (got.get("metadata") or {}).get("resourceVersion") \
+            if isinstance(got, dict) else None
+        return str(version) if version is not None else None
 
     def event(self, body: dict[str, Any], reason: str, message: str,
               warning: bool = False) -> None:

@@ -25,6 +25,15 @@ A tick, in order:
 
 ``tick`` returns the seconds until it next needs to run: the next planned action, the next
 period, or a short poll while an operation runs.
+
+**The API server not answering** (connection refused or reset, a timeout: it restarts, or
+the network to it fails) is not a bug and not a failed tick for kopf to back off from: the
+tick is retried after ``POLL_S`` (after ``UNANSWERED_FAST`` such ticks in a row, every
+``UNANSWERED_SLOW_S``), with a warning. Whatever the tick had done is re-derived from the
+status and the store by the next one (a step's state is written before its effect). Before
+issue 39 it escaped as an arbitrary exception: kopf restarted the daemon only after its
+30-s backoff (the operator's first successful tick came 18 s after a restarted API server
+was ready), and a blip in the middle of a tick was said as an ``InternalError``.
 """
 
 from __future__ import annotations
@@ -37,9 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastore.actuators.ports import MANAGED_LABEL, ClusterPort, StatefulSetFacts
-from elastore.errors import ElastoreError
+from elastore.errors import ElastoreError, StatusConflict
 from elastore.models.bundle import ModelSet
-from elastore.operator import bandwidth, controls, policyloop, stepping
+from elastore.operator import bandwidth, controls, policyloop, rebalancing, stepping, volumes
 from elastore.operator.conditions import condition
 from elastore.operator.metrics import MetricsSource, prometheus_source
 from elastore.operator.period import RETRY_S, ControlPeriod
@@ -55,6 +64,18 @@ from elastore.stores.registry import driver_class, served
 log = logging.getLogger("elastore.operator")
 
 POLL_S = 5.0  # while an operation runs
+#: ticks in a row the API server may not answer before the retries slow down (a minute)
+UNANSWERED_FAST = 12
+UNANSWERED_SLOW_S = 30.0
+
+
+def api_unanswered(exc: BaseException) -> bool:
+    """The Kubernetes client got no answer from the API server (urllib3's transport errors:
+    refused, reset, timed out), as opposed to an answer it did not like (``ApiException``,
+    which the ports turn into :class:`ElastoreError`)."""
+    from urllib3.exceptions import HTTPError
+
+    return isinstance(exc, HTTPError)
 
 Conditions = list[dict[str, Any]]
 
@@ -79,38 +100,75 @@ class Runner:
     #: the policy's store driver, by driver name (one per policy: what it remembers, the
     #: pods it throttled, is this policy's)
     _drivers: dict[str, StoreDriver] = field(default_factory=dict, init=False, repr=False)
+    #: ticks in a row the API server did not answer
+    _unanswered: int = field(default=0, init=False, repr=False)
     period: ControlPeriod = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.period = ControlPeriod(self)
 
     # ------------------------------------------------------------------------------------------
+    def write_status(self, t: Tick, patch: dict[str, Any]) -> None:
+        """A status write of this tick, made only if the policy is still as the tick read
+        it (or as its own writes left it): a second replica that believes it leads (kopf's
+        peering has no fencing), or a person, cannot have its record overwritten by this
+        tick's stale view, nor this tick act on a state it could not record."""
+        t.version = self.policies.patch_status(self.namespace, self.name, patch,
+                                               expect_version=t.version)
+
     def tick(self) -> float:
+        try:
+            wait = self._tick()
+        except StatusConflict as exc:
+            # another writer since this tick read the policy: its view is stale, and what
+            # it would have recorded was not acted on. Read again soon.
+            log.warning("%s/%s: %s; this tick's result is dropped and the tick runs again "
+                        "in %.0f s", self.namespace, self.name, exc, POLL_S)
+            return POLL_S
+        except Exception as exc:
+            if not api_unanswered(exc):
+                raise
+            self._unanswered += 1
+            wait = POLL_S if self._unanswered <= UNANSWERED_FAST else UNANSWERED_SLOW_S
+            log.warning("%s/%s: the Kubernetes API server did not answer (%s: %s); the tick "
+                        "is retried in %.0f s", self.namespace, self.name,
+                        type(exc).__name__, str(exc)[:300], wait)
+            return wait
+        self._unanswered = 0
+        return wait
+
+    def _tick(self) -> float:
         t0 = time.monotonic()
         body = self.policies.get(self.namespace, self.name)
         if body is None:
             return math.inf  # deleted: the daemon stops
         status: dict[str, Any] = dict(body.get("status") or {})
+        version = body["metadata"].get("resourceVersion")
         t = Tick(body=body, now=self.clock(), status=status,
                   conds=list(status.get("conditions") or []),
-                  gen=int(body["metadata"].get("generation", 0)))
+                  gen=int(body["metadata"].get("generation", 0)),
+                  version=None if version is None else str(version))
         t.out["observedGeneration"] = t.gen
         try:
             wait, degraded = self._steps(t)
         except ElastoreError:
             raise
         except Exception as exc:  # a bug: said in the status, then kopf's backoff
+            if api_unanswered(exc):
+                raise  # not a bug: tick() retries
             self._internal_error(t, exc)
             raise
         if degraded is not None:
             t.cond("Degraded", True, *degraded)
             t.cond("Ready", False, *degraded)
         t.out["conditions"] = t.conds
-        self.policies.patch_status(self.namespace, self.name, t.out)
+        self.write_status(t, t.out)
+        took = time.monotonic() - t0
         if self.telemetry is not None:
             self.telemetry.degraded.labels(self.namespace, self.name).set(
                 1 if degraded is not None else 0)
-        log.debug("%s/%s tick in %.2f s", self.namespace, self.name, time.monotonic() - t0)
+            self.telemetry.tick_seconds.observe(took)
+        log.debug("%s/%s tick in %.2f s", self.namespace, self.name, took)
         return max(1.0, wait)
 
     def _internal_error(self, t: Tick, exc: Exception) -> None:
@@ -120,7 +178,7 @@ class Runner:
         t.cond("Ready", False, "InternalError", msg)
         t.out["conditions"] = t.conds
         try:
-            self.policies.patch_status(self.namespace, self.name, t.out)
+            self.write_status(t, t.out)
         except ElastoreError as err:
             log.warning("%s/%s: the status could not say so either: %s", self.namespace,
                         self.name, err)
@@ -147,6 +205,8 @@ class Runner:
         partial = self.partial(t)
         if partial is None:
             t.cond("Degraded", False, "Healthy", "metrics and target found")
+        # spec.storage.expandVolumes: the plan grows the volumes instead of adding nodes
+        volumes.grow(self, t)
         # a scale-out that is due starts before the throttle calls (an exec each: 15-20 s
         # together on a busy node, and CI's e2e scale-out started that late): its pod boots
         # before it streams, and gets the throttle then. Any other step comes after them: a
@@ -175,7 +235,8 @@ class Runner:
             self._throttle(t)
             started = started or stepping.start_step(self, t)
         self._bandwidth_pods(t)
-        if started:
+        moving = rebalancing.step(self, t, started)
+        if started or moving:
             return POLL_S, partial
         return self._next_wait(t), partial
 
@@ -215,15 +276,22 @@ class Runner:
         assert t.spec is not None and t.target is not None
 
         def save(op: operation.OperationState | None) -> None:
-            self.policies.patch_status(self.namespace, self.name,
-                                       {"operation": None if op is None else op.to_status()})
+            try:
+                self.write_status(t, {"operation": None if op is None else op.to_status()})
+            except StatusConflict:
+                raise
+            except ElastoreError as exc:
+                # the log says which state was not recorded: its effect was not applied
+                what = "the operation's end" if op is None else \
+                    f"{op.kind} {op.from_replicas} -> {op.to_replicas} phase {op.phase}"
+                raise ElastoreError(f"{what} not recorded, so not acted on: {exc}") from exc
 
         return StoreCall(
             self.namespace, self.name, t.spec, self.kube, t.target, t.status, t.now,
             self.clock, lambda reason, msg, warning: self.policies.event(
                 t.body, reason, msg, warning=warning),
             t.cond, save, t.out, decided_mibps=t.stream_mibps, slo_at_risk=self.period.slo_risk,
-            ring_checked=t.ring_checked)
+            ring_checked=t.ring_checked, skew_view=self.period.last_view)
 
     def _guard(self, t: Tick) -> None:
         """Whether Enforce may touch the target at all: it opted in, nothing else owns or

@@ -47,6 +47,11 @@ class OperatorOptions:
     standalone: bool = False  # no leader election (one replica only)
     priority: int | None = None  # peering priority; None: random
     peering_lifetime_s: int = 60
+    #: ticks that run at once (``--concurrent-ticks``): every policy's loop holds a thread,
+    #: but only this many compute or wait on Prometheus and the API server at a time. The
+    #: rest wait for a slot without taking the interpreter's lock: 300 runnable threads
+    #: spent the operator's one core switching between them (docs/reliability.md)
+    concurrent_ticks: int = 8
 
 
 @dataclass
@@ -60,6 +65,14 @@ class Runtime:
     _models: dict[ModelKey, ModelSet] = field(default_factory=dict)
     _slo_models: dict[tuple[ModelKey, str], ModelSet] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _slots: threading.BoundedSemaphore | None = field(default=None, init=False)
+
+    def tick_slot(self) -> threading.BoundedSemaphore:
+        """The slots ticks run in (``options.concurrent_ticks`` of them)."""
+        with self._lock:
+            if self._slots is None:
+                self._slots = threading.BoundedSemaphore(self.options.concurrent_ticks)
+            return self._slots
 
     def api_client(self) -> Any:
         """One kubernetes ApiClient for the process: in-cluster, else the kubeconfig
@@ -74,7 +87,13 @@ class Runtime:
                     # explicit: the library reads $KUBECONFIG once, when it is first imported
                     config.load_kube_config(  # type: ignore[no-untyped-call]
                         config_file=os.environ.get("KUBECONFIG") or None)
-                self._client = client.ApiClient()
+                conf = client.Configuration.get_default_copy()
+                # a connection for every tick that may run, and the watch and peering of
+                # kopf's own: past the pool's size each request opened a TLS connection
+                # and threw it away ("Connection pool is full", 900 times at 300 policies)
+                conf.connection_pool_maxsize = max(conf.connection_pool_maxsize or 0,
+                                                   self.options.concurrent_ticks + 4)
+                self._client = client.ApiClient(conf)
             return self._client
 
     def model_loader(self, namespace: str) -> Callable[[PolicySpec], ModelSet]:

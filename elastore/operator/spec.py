@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from elastore.errors import ElastoreError, MetricsError
+from elastore.models.storage import StorageConfig
 from elastore.operator.fielddecl import ABSENT, span
 from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, default_preset
+from elastore.operator.skew import SkewSettings
 from elastore.operator.specfields import declared, default
 from elastore.planner.behavior import Behavior, ScalingPolicy, ScalingRules
 from elastore.predictor.registry import DEFAULT_METHOD
@@ -169,6 +171,23 @@ class Prometheus:
             parts.append(self.selector)
         return ",".join(parts)
 
+    def pvc_scope(self, namespace: str, target: str, template: str | None) -> str:
+        """The matchers of the kubelet's volume stats for the target's data PVCs,
+        ``<template>-<pod>`` (the kubelet labels them ``namespace`` itself); with no
+        template, a matcher that matches nothing (the kubelet's figures are not used)."""
+        if not template:
+            return f'namespace="{namespace}",persistentvolumeclaim=""'
+        name = target.replace(".", chr(92) * 2 + ".")
+        tmpl = template.replace(".", chr(92) * 2 + ".")
+        pods = self.pod_regex.format(name=name)
+        return f'namespace="{namespace}",persistentvolumeclaim=~"{tmpl}-{pods}"'
+
+    def pvc_pod(self, target: str, template: str, pvc: str) -> str | None:
+        """The pod a data PVC of the target belongs to (``<template>-<pod>``), or None."""
+        m = re.fullmatch(f"{re.escape(template)}-({self.pod_regex.format(name=re.escape(target))})",
+                         pvc)
+        return m.group(1) if m else None
+
     def own_pod(self, target: str, pod: str) -> bool:
         """Whether ``pod`` is one of the target's (its store's pod-name pattern)."""
         return re.fullmatch(self.pod_regex.format(name=re.escape(target)), pod) is not None
@@ -177,7 +196,8 @@ class Prometheus:
         """Whether ``name`` has a query (the spec's own or the preset's)."""
         return name in self.queries or name in PRESETS[self.preset].queries()
 
-    def query(self, name: str, namespace: str, target: str) -> str:
+    def query(self, name: str, namespace: str, target: str,
+              pvc_template: str | None = None) -> str:
         """The PromQL for ``name``: the spec's own, else the preset's, scoped to the
         target. A quantity the preset's exporter does not have (streaming, for some) is a
         :class:`MetricsError` (``MetricsMissing``): absent, never 0."""
@@ -197,6 +217,8 @@ class Prometheus:
         # be summed twice)
         by = f"max by ({self.pod_label}, job) " if self.pod_label else ""
         return templates[name].format(selector="," + sel if sel else "", selector_=sel,
+                                      pvcscope=self.pvc_scope(namespace, target,
+                                                              pvc_template),
                                       by=by, scope=sel, pod=self.pod_label,
                                       podle=f"{self.pod_label}, le" if self.pod_label else "le",
                                       pct=self.percentile, q=f"0.{self.percentile}",
@@ -256,6 +278,12 @@ class PolicySpec:
     min_free_fraction: float = 0.2
     #: room kept for compaction's temporary copies, as a fraction of a node's load
     compaction_margin: float = 0.5
+    #: ``spec.scaleDown.minFreeFraction`` / ``compactionMargin`` set explicitly: the
+    #: free-space check keeps their rule; else it uses ``storage``'s budget
+    legacy_free_space: bool = False
+    #: ``spec.storage`` and ``spec.cost``'s prices: the bytes' budget and what a grown
+    #: volume costs against a node
+    storage: StorageConfig = field(default_factory=StorageConfig)
     #: Mbit/s, the link total per node BwMan splits between clients and storage
     #: (``spec.bandwidth.nodeMbit``, configured, not measured); None: no split
     node_mbit: float | None = None
@@ -268,6 +296,8 @@ class PolicySpec:
     #: outs the last trustworthy plan wants; never a scale-in)
     fallback_threshold: int = 3
     fallback_behavior: str = "freeze"
+    #: ``spec.skew``: the skew view, its advice and (Auto, later) its actions
+    skew: SkewSettings = field(default_factory=SkewSettings)
 
     @property
     def stale_after_s(self) -> float:
@@ -343,6 +373,36 @@ def _seconds(obj: Any, path: str, value: Any = ABSENT) -> float:
         raise SpecError(f"must be between {span(f.seconds[0])} and {span(f.seconds[1])}, "
                         f"got {text!r}", path)
     return got
+
+
+def _storage(obj: Any, cost: Any) -> StorageConfig:
+    """``spec.storage`` with ``spec.cost``'s prices."""
+    if obj is not None and not isinstance(obj, dict):
+        raise SpecError("must be an object", "spec.storage")
+    expand = _read(obj, "spec.storage.expandVolumes")
+    if not isinstance(expand, bool):
+        raise SpecError(f"must be true or false, got {expand!r}", "spec.storage.expandVolumes")
+    cap = _read(obj, "spec.storage.maxVolumeSize")
+    max_bytes = None
+    if cap is not None:
+        from elastore.actuators.k8s import parse_quantity
+
+        try:
+            max_bytes = parse_quantity(str(cap))
+        except ValueError:
+            raise SpecError(f"not a quantity: {cap!r}", "spec.storage.maxVolumeSize") from None
+        if not max_bytes > 0:
+            raise SpecError(f"must be > 0, got {cap!r}", "spec.storage.maxVolumeSize")
+    out = StorageConfig(target_utilization=_read(obj, "spec.storage.targetUtilization"),
+                        compaction=_read(obj, "spec.storage.compaction"),
+                        expand_volumes=expand, max_volume_bytes=max_bytes,
+                        node_hour_cost=_read(cost, "spec.cost.nodeHour"),
+                        gib_month_cost=_read(cost, "spec.cost.gibMonth"))
+    try:
+        out.validate()
+    except ElastoreError as exc:
+        raise SpecError(str(exc), "spec.storage") from None
+    return out
 
 
 def _read(obj: Any, path: str) -> Any:
@@ -524,6 +584,42 @@ def _behavior(b: Any, down: dict[str, Any]) -> tuple[Behavior, float]:
     return Behavior(up, dn), stab
 
 
+_SKEW_FIELDS = {"mode": "mode", "maxMovePercent": "max_move_percent",
+                "readSpread": "read_spread", "imbalanceThreshold": "imbalance_threshold",
+                "triggerPercent": "trigger_percent", "stopPercent": "stop_percent",
+                "revertPercent": "revert_percent"}
+
+
+def _skew(obj: Any) -> SkewSettings:
+    """``spec.skew``: absent fields are :class:`SkewSettings`' defaults (the CRD declares
+    none); the hysteresis' thresholds in order."""
+    if obj is None:
+        return SkewSettings()
+    if not isinstance(obj, dict):
+        raise SpecError("must be an object", "spec.skew")
+    known = (*_SKEW_FIELDS, "sampleInterval", "sampleDuration")
+    unknown = sorted(set(obj) - set(known))
+    if unknown:
+        raise SpecError(f"unknown field(s) {', '.join(unknown)} (known: {', '.join(known)})",
+                        "spec.skew")
+    got: dict[str, Any] = {}
+    for key, attr in _SKEW_FIELDS.items():
+        if key in obj:
+            path = f"spec.skew.{key}"
+            got[attr] = _choice(obj[key], path) if declared(path).enum is not None else \
+                _number(obj[key], path)
+    for key, attr in (("sampleInterval", "sample_interval_s"),
+                      ("sampleDuration", "sample_duration_s")):
+        if key in obj:
+            got[attr] = _seconds(obj, f"spec.skew.{key}")
+    out = SkewSettings(**got)
+    if not out.revert_percent <= out.stop_percent <= out.trigger_percent:
+        raise SpecError(f"revertPercent ({out.revert_percent:g}) <= stopPercent "
+                        f"({out.stop_percent:g}) <= triggerPercent ({out.trigger_percent:g}) "
+                        "must hold", "spec.skew")
+    return out
+
+
 def _fallback(f: Any) -> tuple[int, str]:
     if f is None:
         return default("spec.fallback.failureThreshold"), default("spec.fallback.behavior")
@@ -670,9 +766,11 @@ def parse(spec: Any) -> PolicySpec:
     down = spec.get("scaleDown") or {}
     if not isinstance(down, dict):
         raise SpecError("must be an object", "spec.scaleDown")
+    storage = _storage(spec.get("storage"), spec.get("cost"))
     cleanup, hold = cassandra_spec.parse_steps(spec, target.store)
     behavior, stabilization = _behavior(spec.get("behavior"), down)
     fallback_threshold, fallback_behavior = _fallback(spec.get("fallback"))
+    skew = _skew(spec.get("skew"))
     node_mbit, client_ports, storage_ports = _bandwidth(spec.get("bandwidth"), target.store)
     return PolicySpec(
         target=target, min_replicas=lo, max_replicas=hi, slo_latency_ms=latency,
@@ -694,7 +792,9 @@ def parse(spec: Any) -> PolicySpec:
         cleanup=cleanup, hold_for_repairs=hold,
         min_free_fraction=_read(down, "spec.scaleDown.minFreeFraction"),
         compaction_margin=_read(down, "spec.scaleDown.compactionMargin"),
+        legacy_free_space="minFreeFraction" in down or "compactionMargin" in down,
+        storage=storage,
         node_mbit=node_mbit, client_ports=client_ports, storage_ports=storage_ports,
         behavior=behavior, fallback_threshold=fallback_threshold,
-        fallback_behavior=fallback_behavior,
+        fallback_behavior=fallback_behavior, skew=skew,
     )

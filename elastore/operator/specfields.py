@@ -18,8 +18,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from elastore.models.storage import COMPACTION_HEADROOM, DEFAULT_COMPACTION
 from elastore.operator.fielddecl import ABSENT, DURATION, F, span
 from elastore.operator.presets import PRESETS
+from elastore.operator.skew import MODES as SKEW_MODES
+from elastore.operator.skew import READ_SPREADS as SKEW_SPREADS
 from elastore.planner.behavior import MAX_PERIOD_S
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
@@ -140,7 +143,9 @@ FIELDS: tuple[F, ...] = (
     F("spec.planner.lookahead", "string",
       default="24h",
       pattern=DURATION,
-      doc="how far the Horizon planner looks: longer than the slowest change it may plan",
+      doc=("how far the Horizon planner looks: longer than the slowest change it may "
+           "plan, and at least a one-node scale-in's payback (3 x its migration), else "
+           "it never scales in for a later saving (the LookaheadShort condition)"),
       seconds=(1, 168 * 3600)),
     F("spec.cost", "object", default={}),
     F("spec.cost.violationPenalty", "number",
@@ -149,6 +154,108 @@ FIELDS: tuple[F, ...] = (
       default=100,
       doc=("what an hour of SLO violation costs, in server-hours: the Horizon planner "
            "minimises server-hours + violationPenalty x violation-hours")),
+    F("spec.cost.nodeHour", "number",
+      minimum=0,
+      maximum=1000000,
+      default=1.0,
+      doc=("what a node costs an hour, its volume aside (any currency, the same as "
+           "gibMonth): spec.storage.expandVolumes compares a month of the nodes the bytes "
+           "need with a month of grown volumes")),
+    F("spec.cost.gibMonth", "number",
+      minimum=0,
+      maximum=1000000,
+      default=0.1,
+      doc="what a GiB of volume costs a month (same currency as nodeHour)"),
+    F("spec.storage", "object", default={},
+      doc=("scale for the bytes too: the servers planned are the larger of what the load "
+           "needs and what keeps every node's data within its budget, min(targetUtilization, "
+           "1 - the compaction strategy's headroom) of its volume, over the lookahead's data "
+           "growth forecast (Horizon planner; the Window planner keeps the budget at its "
+           "window's end). The bytes are read from the kubelet's volume stats where "
+           "Prometheus has them, else from the store's own figure and the PVCs' sizes")),
+    F("spec.storage.targetUtilization", "number",
+      open_min=True,
+      minimum=0,
+      maximum=0.95,
+      default=0.8,
+      doc=("the share of each volume a node's data may fill; a scale-in never takes the "
+           "survivors above it (the free-space check)")),
+    F("spec.storage.compaction", "string",
+      enum=tuple(COMPACTION_HEADROOM),
+      default=DEFAULT_COMPACTION,
+      doc=("the tables' compaction strategy, whose temporary copies need free disk: "
+           + ", ".join(f"{k} {v:.0%}" for k, v in COMPACTION_HEADROOM.items())
+           + " of the volume; the budget is min(targetUtilization, 1 - that). Cassandra's "
+           "default when a table names none is SizeTiered")),
+    F("spec.storage.expandVolumes", "boolean",
+      default=False,
+      doc=("Enforce only: where the bytes, not the load, need more nodes and the PVCs' "
+           "StorageClass allows expansion, grow every PVC of the target instead when a month "
+           "of that costs less (spec.cost); never shrinks one. The StatefulSet's "
+           "volumeClaimTemplates are not changed (Kubernetes refuses it): see docs")),
+    F("spec.storage.maxVolumeSize", "string",
+      pattern="^[0-9]+(\\.[0-9]+)?(Mi|Gi|Ti|M|G|T)?$",
+      doc="the largest a grown volume may become (a Kubernetes quantity, e.g. 2Ti)"),
+    F("spec.skew", "object",
+      doc=("balance before buy (issue 38): each pod's load and the imbalance (busiest over "
+           "mean), the hot token ranges (Cassandra: sampled in the pods), advice on the "
+           "read-spreading options that are the user's to set, in status.skew and the "
+           "metrics. Absent fields take the defaults their descriptions name"),
+      rules=(
+          (("(has(self.revertPercent) ? self.revertPercent : 45.0) <= "
+            "(has(self.stopPercent) ? self.stopPercent : 55.0) && "
+            "(has(self.stopPercent) ? self.stopPercent : 55.0) <= "
+            "(has(self.triggerPercent) ? self.triggerPercent : 75.0)"),
+           ("skew: revertPercent <= stopPercent <= triggerPercent must hold (absent: 45, 55, "
+            "75)")),
+      )),
+    F("spec.skew.mode", "string",
+      enum=SKEW_MODES,
+      doc=("Off: nothing is read or shown. Advise (absent): the skew is shown and the "
+           "read-spreading options that would help are named; nothing is changed. Auto: "
+           "also act, in mode Enforce only: a hot pod is rebalanced without a node "
+           "(single-token Cassandra: a bounded nodetool move; Swift: the hot device's "
+           "weight), one step at a time, each seen in the store first, and undone when the "
+           "burst passes (status.skew.rebalance)")),
+    F("spec.skew.maxMovePercent", "number",
+      minimum=0,
+      maximum=50,
+      doc=("Auto: the share of the stored data, percent, one move of a range boundary may "
+           "stream (absent: 5)")),
+    F("spec.skew.readSpread", "string",
+      enum=SKEW_SPREADS,
+      doc=("what the clients do with a read: replicas (absent) spread it over the key's "
+           "replicas (a driver that shuffles replicas, or no token awareness); primary: "
+           "send it to the key's primary replica (a token-aware driver without shuffling)")),
+    F("spec.skew.imbalanceThreshold", "number",
+      open_min=True,
+      minimum=1,
+      maximum=100,
+      doc=("advise when the busiest pod carries at least this times the mean load (absent: "
+           "1.25, a fifth of the cluster's capacity lost to the busiest node)")),
+    F("spec.skew.triggerPercent", "number",
+      minimum=0,
+      maximum=100,
+      doc=("Auto's hysteresis on the busiest node's smoothed utilization (its load over its "
+           "capacity at the SLO), percent: act at or above this (absent: 75)")),
+    F("spec.skew.stopPercent", "number",
+      minimum=0,
+      maximum=100,
+      doc="no further move below this (absent: 55)"),
+    F("spec.skew.revertPercent", "number",
+      minimum=0,
+      maximum=100,
+      doc="undo the moves below this (absent: 45)"),
+    F("spec.skew.sampleInterval", "string",
+      pattern=DURATION,
+      seconds=(60, 7 * 86400),
+      doc=("how often the hot partitions are sampled (absent: 1h; at most once a control "
+           "period): each sample runs nodetool twice in every pod and once more in one (a "
+           "JVM start each)")),
+    F("spec.skew.sampleDuration", "string",
+      pattern=DURATION,
+      seconds=(1, 60),
+      doc="how long each pod's sample of its hot partitions runs (absent: 3s)"),
     F("spec.migration", "object", default={}),
     F("spec.migration.policy", "string",
       enum=("PreferClients", "PreferMigration"),
@@ -326,6 +433,18 @@ FIELDS: tuple[F, ...] = (
     F("spec.metrics.prometheus.queries.nodeMigrationMiBps", "string",
       min_length=1,
       doc="one series per node: MiB/s it streams out"),
+    F("spec.metrics.prometheus.queries.nodeDataBytes", "string",
+      min_length=1,
+      doc=("one series per node: the bytes the store holds on it (spec.storage's figure "
+           "where the kubelet's volume stats are not scraped)")),
+    F("spec.metrics.prometheus.queries.nodeVolumeUsedBytes", "string",
+      min_length=1,
+      doc=("one series per data PVC, labelled persistentvolumeclaim: bytes used on it "
+           "(default: kubelet_volume_stats_used_bytes of <template>-<pod>)")),
+    F("spec.metrics.prometheus.queries.nodeVolumeCapacityBytes", "string",
+      min_length=1,
+      doc=("one series per data PVC, labelled persistentvolumeclaim: its volume's size "
+           "(default: kubelet_volume_stats_capacity_bytes)")),
     F("spec.interference", "object",
       default={},
       doc=("Hubbub-scale: plan with the interference index (capacity / g(index), g learned "

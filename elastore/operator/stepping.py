@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from elastore.errors import ElastoreError
-from elastore.operator import calibration, controls, policyloop
+from elastore.operator import calibration, controls, policyloop, rebalancing
 from elastore.operator.conditions import iso
 from elastore.operator.tick import Tick
 from elastore.planner import admission, behavior
@@ -78,7 +78,7 @@ def abort(r: Runner, t: Tick, op: operation.OperationState, why: str) -> None:
     t.cond(_scaling(op.kind), False, "Aborted", msg)
     t.out["operation"] = None
     t.status = {**t.status, "operation": None}
-    r.policies.patch_status(r.namespace, r.name, {"operation": None})
+    r.write_status(t, {"operation": None})
 
 
 def scale_out_due(r: Runner, t: Tick) -> bool:
@@ -140,6 +140,9 @@ def start_step(r: Runner, t: Tick) -> bool:
         decision_age_s=decision_age(t, now), stale_after_s=spec.stale_after_s))
     if held is not None:
         t.cond(ctype, False, held.reason, held.message)
+    elif rebalancing.under_way(t):
+        t.cond(ctype, False, "SkewStepUnderWay", "a rebalancing step (spec.skew Auto) is under "
+                                                 "way: the node step waits for it")
     elif (store_held := t.driver.holds(r.store_call(t), kind, step_to)) is not None:
         t.cond(ctype, False, *store_held)
     elif (refused := t.driver.refusal(r.store_call(t), kind, step_to)) is not None:
@@ -179,7 +182,7 @@ def begin(r: Runner, t: Tick, kind: Literal["ScaleOut", "ScaleIn"], step_to: int
     t.out["scaleEvents"] = [list(e) for e in behavior.record(
         scale_events(t), new.started_s, new.to_replicas - sts.spec_replicas)]
     t.out["conditions"] = t.conds
-    r.policies.patch_status(r.namespace, r.name, t.out)  # intent first
+    r.write_status(t, t.out)  # intent first, if no one else wrote since this tick read
     r.policies.event(t.body, f"{kind}Started", said)
     if r.telemetry is not None:
         r.telemetry.actions.labels(r.namespace, r.name, kind).inc()

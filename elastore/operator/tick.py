@@ -30,6 +30,9 @@ class Tick:
     conds: Conditions
     gen: int
     out: dict[str, Any] = field(default_factory=dict)  # the status patch
+    #: the policy's resourceVersion as this tick read it, then as its own writes left it:
+    #: every status write of the tick is made only if it is still that (StatusConflict)
+    version: str | None = None
     spec: PolicySpec | None = None
     sts: StatefulSetFacts | None = None
     #: the target as its store's driver read it (``sts`` is its sizes)

@@ -3,6 +3,14 @@ bandwidth split. Pure functions over plain data."""
 
 from elastore.planner.prorenata import plan
 from elastore.planner.stabilization import stabilized
-from elastore.planner.types import Action, Observation, Operation, Plan, PlannerConfig
+from elastore.planner.types import (
+    Action,
+    LoadSkew,
+    Observation,
+    Operation,
+    Plan,
+    PlannerConfig,
+)
 
-__all__ = ["Action", "Observation", "Operation", "Plan", "PlannerConfig", "plan", "stabilized"]
+__all__ = ["Action", "LoadSkew", "Observation", "Operation", "Plan", "PlannerConfig", "plan",
+           "stabilized"]

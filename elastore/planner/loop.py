@@ -26,9 +26,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from elastore.models.bundle import ModelSet
+from elastore.models.storage import StorageView
 from elastore.planner.prorenata import plan
 from elastore.planner.stabilization import Recommendations, remember
-from elastore.planner.types import LoadPath, Observation, Operation, Plan, PlannerConfig
+from elastore.planner.types import (
+    LoadPath,
+    LoadSkew,
+    Observation,
+    Operation,
+    Plan,
+    PlannerConfig,
+)
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,8 @@ class Observed:
     data_bytes: float  # all data stored, replicas included
     interference: float = 0.0
     operation: Operation | None = None  # a topology change under way
+    storage: StorageView | None = None  # the bytes (None: sized for the load only)
+    load_skew: LoadSkew | None = None  # the busiest node (None: sized for the mean node)
 
 
 @dataclass(frozen=True)
@@ -176,7 +186,8 @@ class PolicyLoop:
                           forecast_rps=forecast.rps, read_ratio=observed.read_ratio,
                           data_bytes=observed.data_bytes, interference=observed.interference,
                           predicted_now_rps=predicted_now, operation=observed.operation,
-                          recent_desired=memory.recent_desired, path=forecast.path)
+                          recent_desired=memory.recent_desired, path=forecast.path,
+                          storage=observed.storage, load_skew=observed.load_skew)
         p = plan(obs, cfg, self.models)
         actions = tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason, a.rate_mibps)
                         for a in p.actions)

@@ -28,9 +28,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from elastore.models.bandwidth import Allocation
 from elastore.models.bundle import ModelSet
 from elastore.models.migration import MigrationEstimate, MigrationModel
+from elastore.models.storage import DataPath
 from elastore.planner.bwman import split_rate
 from elastore.planner.stabilization import stabilized
 from elastore.planner.types import Action, Observation, Plan, PlannerConfig
@@ -60,9 +63,18 @@ class _Window:
         return self.t_e - self.start
 
     def needed(self, load: float) -> int:
+        """Servers for ``load``: the mean node within capacity, and with a load skew the
+        busiest one (after the rebalancing the skew's factors assume)."""
         o = self.obs
-        return self.models.capacity.servers_needed(load, o.read_ratio, o.interference,
-                                                   self.cfg.headroom)
+        cap = self.models.capacity
+        n = cap.servers_needed(load, o.read_ratio, o.interference, self.cfg.headroom)
+        if o.load_skew is None:
+            return n
+        while n < self.cfg.max_replicas and cap.servers_needed(
+                load * o.load_skew.factor(n), o.read_ratio, o.interference,
+                self.cfg.headroom) > n:
+            n += 1
+        return n
 
     def estimate(self, n_from: int, n_to: int, now_load_only: bool = False
                  ) -> MigrationEstimate:
@@ -129,6 +141,10 @@ def _explain_targets(w: _Window, tg: _Targets, capacity: float) -> None:
         f"server(s) ({capacity:,.0f} req/s/server under p{cap.percentile} <= "
         f"{cap.slo_ms:g} ms at read ratio {obs.read_ratio:.2f}, interference "
         f"{obs.interference:.2f}, {cfg.headroom:.0%} headroom)")
+    if obs.load_skew is not None:
+        w.why.append(f"sized for the busiest node: {obs.load_skew.factor(tg.proactive_raw):.2f}"
+                     f" x the mean at {tg.proactive_raw} server(s)"
+                     + (f" ({obs.load_skew.rebalancing})" if obs.load_skew.rebalancing else ""))
     if tg.proactive != tg.proactive_raw:
         w.why.append(f"bounded/stabilized to {tg.proactive}")
     if obs.predicted_now_rps is not None and cfg.reactive:
@@ -154,7 +170,9 @@ def _deadlines(w: _Window, n_from: int, n_to: int) -> list[float]:
         if slope <= 0:
             out.append(w.t_e)
         else:
-            out.append(min(w.t_e, max(w.t_s, w.t_s + (n * usable - obs.load_rps) / slope)))
+            skew = obs.load_skew.factor(n) if obs.load_skew is not None else 1.0
+            out.append(min(w.t_e, max(w.t_s, w.t_s + (n * usable / skew - obs.load_rps)
+                                      / slope)))
     return out
 
 
@@ -250,6 +268,12 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
     w.why.append(f"migration at {rate:.2f} MiB/s per server")
     if not actions:
         w.why.append(f"no change: {w.base} server(s)")
+    binding = "load"
+    if obs.load_skew is not None and tg.proactive_raw > w.models.capacity.servers_needed(
+            obs.forecast_rps, obs.read_ratio, obs.interference, cfg.headroom):
+        binding = "skew"  # the mean node alone wants fewer
+    if obs.storage is not None:
+        actions, binding = _bytes_floor(obs, cfg, actions, w.base, w.t_e, w.why, binding)
     return Plan(
         now_s=w.t_s, window_end_s=w.t_e, actions=tuple(actions),
         desired_replicas=actions[-1].replicas if actions else w.base,
@@ -258,8 +282,33 @@ def plan(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan:
         details={"proactive": sch.proactive, "proactive_unbounded": tg.proactive_raw,
                  "reactive": tg.reactive_wanted, "reactive_delta": tg.delta_r,
                  "t_reactive_s": sch.t_reactive_s, "t_proactive_s": sch.t_proactive_s,
-                 "merged": sch.merged, "capacity_rps": capacity, "base": w.base},
+                 "merged": sch.merged, "capacity_rps": capacity, "base": w.base,
+                 "binding": binding},
     )
+
+
+def _bytes_floor(obs: Observation, cfg: PlannerConfig, actions: list[Action], base: int,
+                 t_e: float, why: list[str], without_bytes: str = "load"
+                 ) -> tuple[list[Action], str]:
+    """The window planner with the bytes: never fewer servers at the window's end than
+    keep every node within its budget at the forecast's 98th percentile then (the Horizon
+    planner times a scale-out for bytes; this one only keeps the floor)."""
+    view = obs.storage
+    assert view is not None
+    path = view.path if view.path is not None else DataPath.flat(t_e, view.total_bytes)
+    _, scen = path.at(np.array([t_e]), obs.now_s, view.total_bytes)
+    k = min(len(path.weights) - 1, int(np.searchsorted(np.cumsum(path.weights), 0.98)))
+    need = min(cfg.max_replicas, view.nodes_needed(float(scen[k, 0])))
+    have = actions[-1].replicas if actions else base
+    why.append(f"bytes ({view.source}): the fullest node at {view.utilization:.0%}, budget "
+               f"{view.config.binding_rule()}; {need} node(s) hold the data at the window's "
+               "end")
+    if need <= have:
+        return actions, without_bytes
+    at = max([obs.now_s] + [a.expected_end_s for a in actions if math.isfinite(
+        a.expected_end_s)])
+    return [*actions, Action(at, need, "proactive", f"{have} -> {need}: the bytes need "
+                             f"{need} node(s) by the window's end")], "storage"
 
 
 def _fit_scale_in(est: MigrationEstimate, n_from: int, n_to: int, window: float

@@ -27,14 +27,15 @@ the horizon planner (:mod:`elastore.planner.horizon`: the forecast, from the sta
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from elastore.errors import ElastoreError
 from elastore.models.bundle import ModelSet
-from elastore.models.migration import MigrationModel, mixture_p95
+from elastore.models.migration import MigrationModel, mixture_exceeds
+from elastore.models.storage import DISK_PENALTY_FACTOR, StorageConfig, disk_tables
 from elastore.units import MIB
 
 FloatArray = npt.NDArray[np.float64]
@@ -67,8 +68,18 @@ class Horizon:
     idle_violates: BoolArray  # (N, T): n serving, no migration (also during a boot)
     rules: tuple[RateRule, ...]
     boot_steps: int
-    add_bytes: FloatArray  # (N,): bytes each sender streams going n -> n+1
-    remove_bytes: FloatArray  # (N,): bytes the leaving node streams going n -> n-1
+    #: (N,) or (N, T), by the change's first streaming step: bytes each sender streams
+    #: going n -> n+1 (a growing cluster's changes move more as time goes on)
+    add_bytes: FloatArray
+    remove_bytes: FloatArray  # (N,) or (N, T): bytes the leaving node streams, n -> n-1
+    #: the bytes: per (n, step) the probability that a node is over its disk budget, idle
+    #: at n, adding a node from n (the old nodes keep their bytes until their cleanup
+    #: ends) and removing one from n (the survivors receive the leaving node's bytes);
+    #: each hour of it costs ``disk_penalty`` (None: the bytes do not bind)
+    disk_idle: FloatArray | None = None  # (N, T)
+    disk_add: FloatArray | None = None  # (N, T)
+    disk_remove: FloatArray | None = None  # (N, T)
+    disk_penalty: float = 0.0
 
     @property
     def steps(self) -> int:
@@ -92,8 +103,22 @@ class Horizon:
                                         f"not {(n, t)}")
             if np.any(r.add_mibps < 0) or np.any(r.remove_mibps < 0):
                 raise ElastoreError(f"rule {r.name}: a negative migration rate")
-        if self.add_bytes.shape != (n,) or self.remove_bytes.shape != (n,):
-            raise ElastoreError("add_bytes and remove_bytes need one value per server count")
+        if any(a.shape not in ((n,), (n, t)) for a in (self.add_bytes, self.remove_bytes)):
+            raise ElastoreError("add_bytes and remove_bytes need one value per server count "
+                                "(and step)")
+        disk = (self.disk_idle, self.disk_add, self.disk_remove)
+        if any(d is not None for d in disk):
+            if any(d is None or d.shape != (n, t) for d in disk):
+                raise ElastoreError(f"the disk tables need all three, each of shape {(n, t)}")
+            if not self.disk_penalty >= 0:
+                raise ElastoreError(f"the disk penalty must be >= 0, got {self.disk_penalty}")
+
+    def disk(self) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """The three disk tables (zeros when the bytes do not bind)."""
+        if self.disk_idle is None or self.disk_add is None or self.disk_remove is None:
+            z = np.zeros(self.idle_violates.shape)
+            return z, z, z
+        return self.disk_idle, self.disk_add, self.disk_remove
 
 
 @dataclass(frozen=True)
@@ -115,6 +140,9 @@ class Schedule:
     n0: int
     penalty: float
     rule_index: dict[str, int] = field(default_factory=dict)
+    #: expected hours with a node over its disk budget (billed at the horizon's
+    #: disk_penalty; 0 when the bytes do not bind)
+    disk_hours: float = 0.0
 
     def servers_at(self, step: int) -> int:
         """Servers serving at ``step`` (a joining node serves from its end step)."""
@@ -145,7 +173,8 @@ def _ends(rate: FloatArray, start: IntArray, nbytes: FloatArray, step_s: float) 
     out = np.empty(start.shape, dtype=np.int64)
     for k in range(n):
         s = np.minimum(start[k], t)
-        need = cum[k, s] + nbytes[k] - EPS_BYTES
+        nb = nbytes[k] if nbytes.ndim == 1 else nbytes[k, np.minimum(s, t - 1)]
+        need = cum[k, s] + nb - EPS_BYTES
         out[k] = np.searchsorted(cum[k], need, side="left")
     out[start > t] = t + 1
     return out
@@ -177,12 +206,18 @@ def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None
     steps = np.arange(T)
     idle_v = np.zeros((N, T + 1))
     np.cumsum(h.idle_violates, axis=1, out=idle_v[:, 1:])
+    d_idle, d_add, d_rem = h.disk()
+    dp = h.disk_penalty
+    add_d = np.zeros((N, T + 1))
+    np.cumsum(d_add, axis=1, out=add_d[:, 1:])
+    rem_d = np.zeros((N, T + 1))
+    np.cumsum(d_rem, axis=1, out=rem_d[:, 1:])
     # options: 0 stay; then per rule an add and a removal
     K = 1 + 2 * len(h.rules)
     cost = np.full((T, K, N), np.inf)
     to_t = np.zeros((T, K, N), dtype=np.int32)
     to_n = np.zeros((K, N), dtype=np.int64)
-    cost[:, 0, :] = (dt_h * (ns[:, None] + penalty * h.idle_violates)).T
+    cost[:, 0, :] = (dt_h * (ns[:, None] + penalty * h.idle_violates + dp * d_idle)).T
     to_t[:, 0, :] = steps[:, None] + 1
     to_n[0] = np.arange(N)
     start = np.broadcast_to(steps, (N, T))
@@ -198,10 +233,12 @@ def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None
         ends[(r, 1)], ends[(r, -1)] = e_add, e_rem
         span_add = np.minimum(e_add, T) - start
         viol_add = _window_sum(idle_v, start, boot_end) + _window_sum(add_v, boot_end, e_add)
-        c_add = dt_h * ((ns[:, None] + 1) * span_add + penalty * viol_add)
+        c_add = dt_h * ((ns[:, None] + 1) * span_add + penalty * viol_add
+                        + dp * _window_sum(add_d, start, e_add))
         c_add[-1] = np.inf  # no node beyond n_hi
         span_rem = np.minimum(e_rem, T) - start
-        c_rem = dt_h * (ns[:, None] * span_rem + penalty * _window_sum(rem_v, start, e_rem))
+        c_rem = dt_h * (ns[:, None] * span_rem + penalty * _window_sum(rem_v, start, e_rem)
+                        + dp * _window_sum(rem_d, start, e_rem))
         c_rem[0] = np.inf  # no removal below n_lo
         if floor is not None:
             c_rem[(ns[:, None] - 1) < np.asarray(floor)[None, :]] = np.inf
@@ -231,7 +268,8 @@ def _walk(h: Horizon, n0: int, penalty: float, choice: npt.NDArray[np.int8],
     T = h.steps
     dt_h = h.step_s / HOUR_S
     moves: list[Move] = []
-    vm = viol = 0.0
+    vm = viol = disk = 0.0
+    d_idle, d_add, d_rem = h.disk()
     s, k = 0, n0 - h.n_lo
     while s < T:
         c = int(choice[s, k])
@@ -239,6 +277,7 @@ def _walk(h: Horizon, n0: int, penalty: float, choice: npt.NDArray[np.int8],
         if c == 0:
             vm += dt_h * n
             viol += dt_h * float(h.idle_violates[k, s])
+            disk += dt_h * float(d_idle[k, s])
             s += 1
             continue
         r, direction = (c - 1) // 2, (1 if c % 2 == 1 else -1)
@@ -250,14 +289,16 @@ def _walk(h: Horizon, n0: int, penalty: float, choice: npt.NDArray[np.int8],
             vm += dt_h * (n + 1) * (stop - s)
             viol += dt_h * (float(h.idle_violates[k, s:b].sum())
                             + float(rule.add_violates[k, b:stop].sum()))
+            disk += dt_h * float(d_add[k, s:stop].sum())
             moves.append(Move(s, e, n, n + 1, rule.name, s + h.boot_steps))
         else:
             vm += dt_h * n * (stop - s)
             viol += dt_h * float(rule.remove_violates[k, s:stop].sum())
+            disk += dt_h * float(d_rem[k, s:stop].sum())
             moves.append(Move(s, e, n, n - 1, rule.name, s))
         s, k = stop, k + direction
     return Schedule(moves, vm, viol, value, n0, penalty,
-                    {r.name: i for i, r in enumerate(h.rules)})
+                    {r.name: i for i, r in enumerate(h.rules)}, disk)
 
 
 RULES = ("bwman", "store-default")
@@ -265,13 +306,14 @@ RULES = ("bwman", "store-default")
 
 def physics_horizon(models: ModelSet, mig: MigrationModel, load_rps: FloatArray,
                     interference: FloatArray, read_ratio: float, step_s: float,
-                    boot_s: float, data_bytes: float, n_lo: int, n_hi: int,
+                    boot_s: float, data_bytes: float | FloatArray, n_lo: int, n_hi: int,
                     rules: tuple[str, ...] = RULES, default_mibps: float = 24.0,
                     slo_ms: float | None = None) -> Horizon:
     """A :class:`Horizon` from the capacity model, exactly as the simulator's engine and
     latency accounting see a cluster (``elastore.sim``): the load spread evenly over the
     serving nodes; a bootstrap from n streams D/n - D/(n+1) from each of the n senders; a
-    decommission streams the leaving node's D/n; a step violates when the p95 latency
+    decommission streams the leaving node's D/n (``data_bytes``: D, or D at each step of a
+    growing cluster); a step violates when the p95 latency
     (the request mix's, during a decommission) is over ``slo_ms`` (default: the model's).
 
     Rules: ``bwman`` migrates at f() (``mig.rate``) and decommissions at the
@@ -297,11 +339,28 @@ def physics_horizon(models: ModelSet, mig: MigrationModel, load_rps: FloatArray,
         else:
             raise ElastoreError(f"unknown rate rule {name!r}; choose from {', '.join(RULES)}")
         add_v = np.asarray(cap.latency_ms(lps, read_ratio, add, inter)) > limit
-        p = mixture_p95(cap.latency_ms(lps, read_ratio, rem, inter), 1.0 / ns,
-                        cap.latency_ms(lps, read_ratio, rem / np.maximum(ns - 1, 1), inter))
-        out.append(RateRule(name, add, add_v, rem, np.asarray(p) > limit))
-    n = ns[:, 0]
+        over = mixture_exceeds(cap.latency_ms(lps, read_ratio, rem, inter), 1.0 / ns,
+                               cap.latency_ms(lps, read_ratio, rem / np.maximum(ns - 1, 1),
+                                              inter), limit)
+        out.append(RateRule(name, add, add_v, rem, over))
+    d = np.asarray(data_bytes, dtype=float)
+    n = ns[:, 0] if d.ndim == 0 else ns  # (N,) or (N, 1) against D's (T,)
     return Horizon(step_s=step_s, n_lo=n_lo, idle_violates=idle, rules=tuple(out),
                    boot_steps=max(0, math.ceil(boot_s / step_s - 1e-9)),
-                   add_bytes=data_bytes / n - data_bytes / (n + 1),
-                   remove_bytes=data_bytes / n)
+                   add_bytes=np.asarray(d / n - d / (n + 1)),
+                   remove_bytes=np.asarray(d / n))
+
+
+def with_bytes(h: Horizon, total_bytes: FloatArray, budget_bytes: float,
+               storage: StorageConfig, penalty: float) -> Horizon:
+    """``h`` with the bytes of a known data path (``total_bytes`` per step, the optimal
+    bound's perfect foresight): a balanced ring, each hour with a node over its budget
+    billed at :data:`~elastore.models.storage.DISK_PENALTY_FACTOR` times ``penalty``."""
+    ns = h.n_lo + np.arange(h.idle_violates.shape[0], dtype=float)
+    d0 = float(total_bytes[0])  # cleanup at the start's size: optimistic, as a bound is
+    cleanup = np.asarray([math.ceil(storage.cleanup_s(d0 / n) / h.step_s - 1e-9) for n in ns],
+                         dtype=np.int64)
+    idle, add, rem = disk_tables(ns, np.asarray(total_bytes, dtype=float)[None, :],
+                                 np.array([1.0]), 1.0, budget_bytes, cleanup)
+    return replace(h, disk_idle=idle, disk_add=add, disk_remove=rem,
+                   disk_penalty=DISK_PENALTY_FACTOR * max(penalty, 1.0))

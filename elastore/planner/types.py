@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -11,11 +12,33 @@ import numpy.typing as npt
 
 from elastore.models.bandwidth import Allocation, Policy
 from elastore.models.capacity import ModelError
+from elastore.models.storage import StorageView
+from elastore.units import mib_to_bytes
 
 FloatArray = npt.NDArray[np.float64]
 MergeRule = Literal["elastore", "pseudocode"]
 PlannerMode = Literal["window", "horizon"]
 MAX_PLAN_STEPS = 720  # the horizon planner's grid over its lookahead, at most
+
+
+#: how many times a one-node scale-in's own migration a horizon plan must look ahead to
+#: see it pay for itself: the scale-in's migration (the node is billed until it ends), the
+#: scale-out's that would undo it (the new node is billed while it streams in), and at least
+#: as long again saved. Derived from that cost structure, not fitted to a trace
+PAYBACK = 3.0
+
+
+def scale_in_payback_s(data_bytes: float, replicas: int, mibps: float, boot_s: float = 0.0,
+                       factor: float = PAYBACK) -> float:
+    """The lookahead (s) in which a one-node scale-in of a cluster of ``replicas`` holding
+    ``data_bytes`` (replicas included) can be seen to pay for itself: ``factor`` times its
+    migration, one node's share streamed at ``mibps`` (MiB/s, the fastest the store
+    allows, so this is the least it needs) after ``boot_s`` of per-step overhead.
+    A shorter lookahead never plans a scale-in whose saving comes after it."""
+    if replicas < 1 or not mibps > 0:
+        raise ValueError(f"scale_in_payback_s: replicas {replicas}, {mibps} MiB/s")
+    per_node = max(0.0, data_bytes) / replicas
+    return factor * (per_node / mib_to_bytes(mibps) + max(0.0, boot_s))
 
 
 @dataclass(frozen=True)
@@ -128,6 +151,47 @@ class LoadPath:
 
 
 @dataclass(frozen=True)
+class LoadSkew:
+    """How much busier than the mean the busiest node is, at each cluster size, after the
+    cheapest rebalancing the policy allows (a new node's token splitting the hot range, a
+    range boundary moved): :func:`elastore.models.skew.capacity_factors`, inverted. The
+    planner sizes so that the busiest node, not the mean, stays within the SLO.
+
+    ``busiest``: (n, busiest over mean >= 1) for increasing n; a size between two known
+    ones takes the lower's factor, one outside the range the nearest end's."""
+
+    busiest: tuple[tuple[int, float], ...]
+    rebalancing: str = ""  # what the factors assume, for the plan's reason
+
+    def validate(self) -> None:
+        if not self.busiest:
+            raise ModelError("load skew: no cluster size given")
+        ns = [n for n, _ in self.busiest]
+        if any(n < 1 for n in ns) or any(b <= a for a, b in itertools.pairwise(ns)):
+            raise ModelError(f"load skew: sizes must be >= 1 and increasing, got {ns}")
+        for n, f in self.busiest:
+            if not (isinstance(f, int | float) and math.isfinite(f) and f >= 1.0 - 1e-9):
+                raise ModelError(f"load skew at {n} node(s): the busiest node over the mean "
+                                 f"must be a finite number >= 1, got {f!r}")
+
+    def factor(self, n: int) -> float:
+        """The busiest node over the mean at ``n`` nodes."""
+        best = self.busiest[0][1]
+        for k, f in self.busiest:
+            if k > n:
+                break
+            best = f
+        return max(1.0, float(best))
+
+    def factors(self, ns: npt.ArrayLike) -> FloatArray:
+        return np.asarray([self.factor(int(n)) for n in np.ravel(ns)], dtype=np.float64)
+
+    @classmethod
+    def uniform(cls) -> LoadSkew:
+        return cls(((1, 1.0),), "none")
+
+
+@dataclass(frozen=True)
 class Operation:
     """A topology change already under way (persisted by the operator in the CR status)."""
 
@@ -156,6 +220,11 @@ class Observation:
     operation: Operation | None = None
     recent_desired: tuple[tuple[float, int], ...] = ()  # (time, desired) of past plans
     path: LoadPath | None = None  # the forecast over the horizon (horizon mode)
+    #: the bytes: each node's use, its volume and the data's forecast (None: the
+    #: planner sizes for the load only)
+    storage: StorageView | None = None
+    #: the load's skew over the nodes (None: the planner sizes for the mean node)
+    load_skew: LoadSkew | None = None
 
     def validate(self) -> None:
         for name in ("load_rps", "forecast_rps", "read_ratio", "data_bytes", "interference"):
@@ -171,6 +240,10 @@ class Observation:
             raise ModelError("read_ratio and interference are fractions in [0, 1]")
         if self.replicas < 1:
             raise ModelError(f"replicas must be >= 1, got {self.replicas}")
+        if self.storage is not None:
+            self.storage.validate()
+        if self.load_skew is not None:
+            self.load_skew.validate()
 
 
 @dataclass(frozen=True)

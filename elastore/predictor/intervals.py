@@ -25,6 +25,7 @@ from collections import deque
 from typing import Self
 
 import numpy as np
+import numpy.typing as npt
 
 from elastore.predictor.base import FloatArray, Predictor
 
@@ -54,6 +55,21 @@ def describe(pred: Predictor, iv: Intervals | None = None) -> str:
     return used
 
 
+def row_quantiles(values: FloatArray, counts: npt.NDArray[np.int64],
+                  levels: FloatArray) -> FloatArray:
+    """(len(levels), rows): each row's quantiles of its first ``counts[r]`` values (>= 1),
+    by ``np.quantile``'s default (linear) rule, for rows of different counts at once."""
+    rows, width = values.shape
+    filled = np.where(np.arange(width)[None, :] < counts[:, None], values, np.inf)
+    ordered = np.sort(filled, axis=1)
+    pos = levels[:, None] * (counts[None, :] - 1)  # (levels, rows)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, counts[None, :] - 1)
+    r = np.arange(rows)[None, :]
+    a, b = ordered[r, lo], ordered[r, hi]
+    return np.asarray(a + (b - a) * (pos - lo))
+
+
 class Intervals:
     """A point predictor with the record of its own errors per horizon."""
 
@@ -66,7 +82,12 @@ class Intervals:
         self.window = window
         self.min_errors = min_errors
         self._paths: deque[tuple[int, FloatArray]] = deque(maxlen=horizons)
-        self._errors: list[deque[float]] = [deque(maxlen=window) for _ in range(horizons)]
+        # the last ``window`` errors per horizon, each row a ring (the order is not needed:
+        # only quantiles are taken): 8 bytes an error, where a deque of floats takes 32,
+        # and whole rows' quantiles in one call
+        self._err: FloatArray = np.zeros((horizons, window))
+        self._count = np.zeros(horizons, dtype=np.int64)  # errors held per horizon
+        self._next = np.zeros(horizons, dtype=np.int64)  # where the next one goes
         self._path: FloatArray = np.zeros(horizons)
         self._history_log: FloatArray = np.zeros(0)
 
@@ -84,8 +105,8 @@ class Intervals:
         self._history_log = np.log1p(good)[-(self.window + self.horizons):]
         self.p.fit(history[: len(history) - replay])
         self._paths.clear()
-        for e in self._errors:
-            e.clear()
+        self._count[:] = 0
+        self._next[:] = 0
         self._remember()
         for v in history[len(history) - replay:]:
             self.update(float(v))
@@ -100,9 +121,18 @@ class Intervals:
             for origin, path in self._paths:
                 h = n - origin
                 if 1 <= h <= self.horizons:
-                    self._errors[h - 1].append(math.log1p(value) - math.log1p(path[h - 1]))
+                    self._add(h - 1, math.log1p(value) - math.log1p(path[h - 1]))
         self.p.update(value)
         self._remember()
+
+    def _add(self, i: int, error: float) -> None:
+        self._err[i, self._next[i]] = error
+        self._next[i] = (self._next[i] + 1) % self.window
+        self._count[i] = min(self._count[i] + 1, self.window)
+
+    def _own(self, i: int) -> FloatArray:
+        """The errors held at horizon ``i + 1`` (a ring fills from its start)."""
+        return self._err[i, :self._count[i]]
 
     def _remember(self) -> None:
         self._path = np.array([self.p.forecast(h) for h in range(1, self.horizons + 1)])
@@ -113,42 +143,60 @@ class Intervals:
         """The point forecasts for the next 1..horizons steps."""
         return self._path.copy()
 
+    def _basis(self, h: int) -> tuple[str, int]:
+        """Which errors the quantiles at horizon ``h`` rest on, as a key that is the same
+        for horizons resting on the same errors: its own; pooled over the horizons up to h
+        (the pooled sets are nested, so equal counts are equal sets); the history's moves
+        over a lag."""
+        if self._count[h - 1] >= self.min_errors:
+            return ("own", h)
+        pooled = int(self._count[:h].sum())
+        if pooled >= self.min_errors:
+            return ("pooled", pooled)
+        lag = min(h, len(self._history_log) - MIN_MOVES)
+        if lag >= 1:
+            return ("moves", lag)
+        return ("pooled", pooled)
+
     def errors(self, h: int) -> FloatArray:
         """The log errors the quantiles at horizon ``h`` rest on: its own; pooled over the
         horizons up to h when few; the history's own moves over h steps when fewer still
         (empty: none of these)."""
-        own = self._errors[h - 1]
-        if len(own) >= self.min_errors:
-            return np.asarray(own)
-        pooled = [x for e in self._errors[:h] for x in e]
-        if len(pooled) >= self.min_errors:
-            return np.asarray(pooled)
-        hist = self._history_log
-        lag = min(h, len(hist) - MIN_MOVES)
-        if lag >= 1:
-            moves = hist[lag:] - hist[:-lag]
+        kind, n = self._basis(h)
+        if kind == "own":
+            return self._own(h - 1).copy()
+        if kind == "moves":
+            hist = self._history_log
+            moves = hist[n:] - hist[:-n]
             return np.concatenate([moves, -moves])  # a rise or a fall of the same size
-        return np.asarray(pooled)
+        return np.concatenate([self._own(i) for i in range(h)])
 
     @property
     def calibrated(self) -> bool:
         """Whether every horizon has errors of its own to calibrate on."""
-        return all(len(e) >= self.min_errors for e in self._errors)
+        return bool(np.all(self._count >= self.min_errors))
 
     def quantile_paths(self, levels: FloatArray) -> FloatArray:
         """(len(levels), horizons): the forecast path at each quantile level."""
         levels = np.asarray(levels, dtype=float)
         out = np.empty((len(levels), self.horizons))
         base = np.log1p(np.maximum(self._path, 0.0))
-        for h in range(1, self.horizons + 1):
-            err = self.errors(h)
-            if err.size:
-                shift = np.quantile(err, levels)
-            else:
-                from scipy.stats import norm
+        own = self._count >= self.min_errors
+        if own.any():  # the horizons on their own errors, all at once
+            rows = np.flatnonzero(own)
+            out[:, rows] = row_quantiles(self._err[rows], self._count[rows], levels)
+        done: dict[tuple[str, int], FloatArray] = {}  # horizons on the same errors
+        for h in (int(x) + 1 for x in np.flatnonzero(~own)):
+            key = self._basis(h)
+            if key not in done:
+                err = self.errors(h)
+                if err.size:
+                    done[key] = np.quantile(err, levels)
+                else:
+                    from scipy.stats import norm
 
-                shift = norm.ppf(levels) * PRIOR_SIGMA
-            out[:, h - 1] = shift
+                    done[key] = norm.ppf(levels) * PRIOR_SIGMA
+            out[:, h - 1] = done[key]
         # uncertainty never shrinks with lead time: each upper quantile's shift is the
         # largest of the horizons up to h, each lower one's the lowest. Without this, errors
         # calibrated on different origins per horizon can make a mid-horizon bump of risk

@@ -98,12 +98,21 @@ class Mstl(Predictor):
 
     name = "mstl"
     min_history = 2 * SEASONS[-1] + 2
+    #: fitted on log(1 + load), forecasts taken back by exp(x) - 1 (``mstl-log``)
+    log = False
+    #: hours fitted on: the trailing FIT_WINDOW, or (``mstl-log``) all history so far
+    window = FIT_WINDOW
 
     def _fit(self, history: FloatArray) -> None:
         _statsforecast()  # a clear error before anything else
-        self.hist = History(FIT_WINDOW)
-        self.hist.extend(history)
+        self.hist = History(self.window)
+        self.hist.extend(self._in(np.asarray(history, dtype=float)))
         self._refit()
+
+    def _in(self, x: FloatArray) -> FloatArray:
+        if not self.log:
+            return x
+        return np.asarray(np.log1p(np.where(x >= 0, x, np.nan)), dtype=float)
 
     def _refit(self) -> None:
         models = _statsforecast()
@@ -121,6 +130,7 @@ class Mstl(Predictor):
         self.since_fit = 0
 
     def _update(self, value: float) -> None:
+        value = float(self._in(np.array([value]))[0])
         self.hist.append(value)
         season = sum(float(c[0]) for c in self.cycles)
         self.cycles = [np.roll(c, -1) for c in self.cycles]
@@ -131,4 +141,20 @@ class Mstl(Predictor):
 
     def _forecast(self, horizon: int) -> float:
         season = sum(float(c[(horizon - 1) % len(c)]) for c in self.cycles)
-        return self.ets.forecast(horizon) + season
+        f = self.ets.forecast(horizon) + season
+        return math.expm1(min(f, 50.0)) if self.log else f
+
+
+#: an hourly history is kept whole up to this (a year and more): "all history so far"
+EXPANDING = 2 * 8760
+
+
+class MstlLog(Mstl):
+    """The strongest MSTL we could make here (issue 40): the same model fitted on the log
+    of the load (its daily swing is multiplicative, so additive seasons fit its log),
+    on all the history so far (an expanding window, not the last four weeks), refitted
+    weekly; as an independent statsforecast MSTL was fitted."""
+
+    name = "mstl-log"
+    log = True
+    window = EXPANDING

@@ -251,7 +251,7 @@ class _LagSet:
 
     @property
     def max_lag(self) -> int:
-        return max(RECENT, *self.seasonal) + max(m.diff for m in self.members)
+        return max((RECENT, *self.seasonal)) + max(m.diff for m in self.members)
 
     @property
     def coefficients(self) -> int:

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from elastore.errors import ElastoreError
 from elastore.predictor.base import Predictor
-from elastore.predictor.mstl import Mstl
+from elastore.predictor.mstl import Mstl, MstlLog
 from elastore.predictor.naive import Persistence, SeasonalNaive
 from elastore.predictor.prorenata import ProRenaTa, ProRenaTaPaper
 from elastore.predictor.statistical import HoltWinters, Sarima
@@ -29,6 +29,7 @@ DEFAULT_METHOD = "prorenata"
 #: does not carry their dependencies); named explicitly, not part of ``all``.
 BASELINES: dict[str, Callable[[], Predictor]] = {
     "mstl": Mstl,  # statsforecast: pip install 'elastore[forecast]'
+    "mstl-log": MstlLog,  # the same, on log(1 + load), over all history (issue 40)
     # prorenata without its reactive correction (the ablation in docs/predictor.md)
     "prorenata-weighted": lambda: ProRenaTa(combine="weighted", correct=False),
 }

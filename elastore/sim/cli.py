@@ -12,6 +12,7 @@ import pandas as pd
 from elastore.cliutil import WHEN, WHEN_END, emit_json, log
 from elastore.errors import ElastoreError
 from elastore.models.bundle import ModelSet
+from elastore.models.storage import COMPACTION_HEADROOM, DEFAULT_COMPACTION
 from elastore.resources import builtin_model
 from elastore.sim.controllers import CONTROLLERS, KNOWN
 from elastore.sim.run import SimConfig, locate, simulate, with_slo
@@ -82,6 +83,19 @@ def model_choice(spec: Path | None) -> tuple[Path, str]:
 @click.option("--prior-scale", type=click.FloatRange(0.05, 20), default=1.0, show_default=True,
               help="With --learn-online: how wrong the starting model's capacity is (2: "
                    "optimistic, 0.5: pessimistic).")
+@click.option("--data-growth-gib-per-day", type=float, default=0.0, show_default=True,
+              help="Net GiB the data grows a trace day (writes in step with the write load, "
+                   "less what TTL and compaction take back); with it or --volume-gib the "
+                   "replay models each node's disk")
+@click.option("--volume-gib", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Each node's volume, GiB (default with --data-growth-gib-per-day: the "
+                   "starting cluster's data at 60 % of its volumes)")
+@click.option("--target-utilization", type=click.FloatRange(0, 0.95, min_open=True),
+              default=0.8, show_default=True,
+              help="The share of each volume the data may fill (spec.storage)")
+@click.option("--compaction", type=click.Choice(list(COMPACTION_HEADROOM)),
+              default=DEFAULT_COMPACTION, show_default=True,
+              help="The compaction strategy, whose headroom lowers the budget")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("elastore-report"), show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
@@ -89,7 +103,9 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
                  end: pd.Timestamp | None, controllers: str, slo_ms: float | None,
                  model_path: Path | None, peak_rps: float | None, data_gib: float,
                  hour_seconds: int, penalty: float, interference: tuple[str, ...],
-                 learn_online: bool, prior_scale: float, out: Path, as_json: bool) -> None:
+                 learn_online: bool, prior_scale: float, data_growth_gib_per_day: float,
+                 volume_gib: float | None, target_utilization: float, compaction: str,
+                 out: Path, as_json: bool) -> None:
     """Replay a Wikipedia trace through a simulated cluster under each controller.
 
     With no arguments: the built-in 2009-03-08 .. 2009-03-22 trace, every controller, and a
@@ -101,6 +117,7 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
       elastore simulate --start 2009-05-03 --end 2009-05-16 --json
       elastore simulate --controllers prorenata,hpa --interference 48:96:0.5
       elastore simulate --controllers prorenata --learn-online --prior-scale 2
+      elastore simulate --data-growth-gib-per-day 10 --controllers prorenata,optimal,hpa
     """
     names = [c.strip() for c in controllers.split(",") if c.strip()]
     bad = [c for c in names if c not in KNOWN]
@@ -132,7 +149,9 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
                             "starts from)")
     cfg = SimConfig(peak_rps=peak_rps, data_gib=data_gib, hour_seconds=float(hour_seconds),
                     penalty=penalty, interference=tuple(phases), learn_online=learn_online,
-                    prior_scale=prior_scale)
+                    prior_scale=prior_scale, data_growth_gib_per_day=data_growth_gib_per_day,
+                    volume_gib=volume_gib, target_utilization=target_utilization,
+                    compaction=compaction)
     cfg.validate()
     steps = int(hours * cfg.hour_seconds / cfg.step_s) * len(names)
     t0 = time.perf_counter()

@@ -27,11 +27,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.online import CapacityLearner
+from elastore.models.storage import StorageConfig, StorageView, growth_forecast
 from elastore.planner import Operation, PlannerConfig, admission
 from elastore.planner.loop import (
     Decision,
@@ -43,7 +45,7 @@ from elastore.planner.loop import (
     started,
 )
 from elastore.planner.stabilization import Recommendations, remember, stabilized
-from elastore.planner.types import LoadPath
+from elastore.planner.types import LoadPath, scale_in_payback_s
 from elastore.predictor.base import FloatArray, Predictor
 from elastore.predictor.intervals import Intervals, describe, scenario_levels
 from elastore.predictor.prorenata import ProRenaTa
@@ -76,11 +78,34 @@ class Context:
     #: while a node leaves (the nodes then differ: no one per-node reading)
     latency_ms: float | None = None
     migration_now: float = 0.0  # MiB/s each serving node streams now
+    #: the bytes (``--data-growth-gib-per-day`` / ``--volume-gib``): each node's use and
+    #: volume now, and the data's total at every window start so far (warm-up included)
+    storage: StorageView | None = None
+    data_history: FloatArray | None = None
+    #: the window starts whose load the trace did not have (filled by a straight line for
+    #: the replay): a forecaster is told so, as the operator's history has no sample there
+    gaps: npt.NDArray[np.bool_] | None = None
+    #: the window starts that fall on a holiday (:mod:`elastore.traces.calendar`), for a
+    #: forecaster that keeps them out of its seasons (``prorenata-holidays``)
+    holidays: npt.NDArray[np.bool_] | None = None
 
     @property
     def observed(self) -> FloatArray:
         """Window-start loads seen so far (k + 1 values)."""
         return self.knots[: self.k + 1]
+
+    @property
+    def seen_rps(self) -> float:
+        """The load at this window start as a forecaster learns from it: NaN where the
+        trace had no data (its model imputes it and learns no season from the filled
+        line; the planner still serves the replay's load)."""
+        if self.gaps is not None and bool(self.gaps[self.k]):
+            return math.nan
+        return float(self.knots[self.k])
+
+    @property
+    def holiday(self) -> bool:
+        return self.holidays is not None and bool(self.holidays[self.k])
 
     def needed(self, load: float, interference: float | None = None) -> int:
         i = self.interference if interference is None else interference
@@ -100,6 +125,23 @@ class Replay:
     data_bytes: float
     default_mibps: float  # the store's own stream throughput (Cassandra: 24 MiB/s)
     penalty: float  # VM-hours one violation-hour costs
+    storage: StorageConfig | None = None  # the bytes, when modelled
+    volume_bytes: float | None = None
+    total_bytes: FloatArray | None = None  # per step: all data, as the workload writes it
+
+
+#: the horizon planner's shortest lookahead (a day of trace hours) and its longest (a week)
+DAY_WINDOWS, WEEK_WINDOWS = 24, 168
+
+
+def lookahead_windows(data_bytes: float, serving: int, mibps: float, boot_s: float,
+                      window_s: float) -> int:
+    """The horizon lookahead, in windows, that lets a one-node scale-in of this cluster pay
+    for itself (:func:`~elastore.planner.types.scale_in_payback_s` at the store's migration
+    rate): never less than a day of windows, at most a week."""
+    need = math.ceil(scale_in_payback_s(data_bytes, max(1, serving), mibps, boot_s)
+                     / window_s)
+    return max(DAY_WINDOWS, min(WEEK_WINDOWS, need))
 
 
 class Controller:
@@ -165,7 +207,7 @@ class _Forecasting(Controller):
     def _forecast_next(self, ctx: Context, windows: int = 1) -> float:
         """Observe the load at this window start, forecast the load ``windows`` window
         starts ahead."""
-        self.p.update(float(ctx.knots[ctx.k]))
+        self.p.update(ctx.seen_rps)
         f = self.p.forecast(windows)
         self.fc[ctx.k + windows] = f
         return f
@@ -223,28 +265,44 @@ class ProRenaTaController(_Forecasting):
     next :data:`~elastore.sim.run.LOOKAHEAD_HOURS` windows and its quantile scenarios
     (calibrated on the predictor's own errors), for the replay's violation penalty.
     ``mode="window"`` (``prorenata-window``): the paper's window scheduler on the point
-    forecast. ``oracle`` (``ideal``): the window scheduler fed the true load. ``method`` is
-    any predictor of the registry."""
+    forecast. ``oracle`` (``ideal``): the window scheduler fed the true load. ``perfect``
+    (``perfect-forecast``): the horizon planner fed the true future as its path (every
+    scenario the truth), so its gap to ``prorenata`` is the forecast's and its gap to
+    ``optimal`` the planning's (issue 40). ``method`` is any predictor of the registry."""
 
     name = "prorenata"
     bwman = True
     interference_aware = True
     replaces = True
     learns = True
-    windows_ahead = 24  # the horizon mode's lookahead, in windows (trace hours)
+    windows_ahead = DAY_WINDOWS  # the horizon mode's lookahead, in windows (trace hours)
 
     def __init__(self, oracle: bool = False, method: str = "prorenata",
-                 mode: str = "horizon") -> None:
+                 mode: str = "horizon", perfect: bool = False, payback: bool = True,
+                 holidays: bool = False) -> None:
         super().__init__(make(method))
-        self.oracle = oracle
-        self.mode = "window" if oracle else mode
+        self.oracle, self.perfect = oracle, perfect
+        #: holiday hours reach the forecaster as NaN, as missing hours do: imputed, and no
+        #: season learned from them (the planner still observes the load)
+        self.holidays = holidays
+        self.mode = "window" if oracle else "horizon" if perfect else mode
+        #: the lookahead follows a scale-in's payback (:func:`lookahead_windows`), else a
+        #: day of windows (``*-day``, before issue 40)
+        self.payback = payback and self.mode == "horizon"
         if oracle:
             self.name = "ideal"
+        elif perfect:
+            self.name = "perfect-forecast"
         elif mode == "window":
             self.name = "prorenata-window"
+        if self.mode == "horizon" and not payback:
+            self.name += "-day"
+        if holidays:
+            self.name += "-holidays"
         self.memory = Memory()
         self.decisions: list[Decision] = []
         self.iv: Intervals | None = None
+        self._warm_history: FloatArray | None = None
         self.tick_s = 1.0  # every step: a change the plan runs at a fixed rate keeps it
         self._op_started: float | None = None
         self._op_rate: float | None = None
@@ -276,11 +334,24 @@ class ProRenaTaController(_Forecasting):
                                   cal.scale_in_allowed))
         return est.models, est.scale_in_allowed
 
+    def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
+        if not self.payback:
+            return
+        ahead = lookahead_windows(replay.data_bytes, cluster.serving, replay.default_mibps,
+                                  replay.boot_s, ctx.window_s)
+        if ahead != self.windows_ahead:
+            self.windows_ahead = ahead
+            if self.iv is not None and self._warm_history is not None:
+                self.warm(self._warm_history)  # its quantiles for the longer path
+
     def warm(self, history: FloatArray) -> None:
+        if self.perfect:
+            return  # it forecasts nothing
         if self.mode != "horizon":
             super().warm(history)
             return
         hist = np.asarray(history, dtype=float)
+        self._warm_history = hist
         # replay part of the history so the quantiles start calibrated
         replay = max(0, min(672, len(hist) - max(self.p.min_history, 1)))
         self.iv = Intervals(self.p, horizons=self.windows_ahead).fit(hist, replay=replay)
@@ -289,7 +360,7 @@ class ProRenaTaController(_Forecasting):
         label = describe(self.p, self.iv)
         if self.iv is None:
             return Forecast(self._forecast_next(ctx, ahead), for_s, label)
-        self.iv.update(float(ctx.knots[ctx.k]))
+        self.iv.update(math.nan if self.holidays and ctx.holiday else ctx.seen_rps)
         path = self.iv.path()
         self.fc[ctx.k + 1] = float(path[0])
         levels, weights = scenario_levels()
@@ -297,6 +368,18 @@ class ProRenaTaController(_Forecasting):
                            dtype=np.float64)
         return Forecast(float(path[min(ahead, len(path)) - 1]), for_s, label,
                         LoadPath(times, path, self.iv.quantile_paths(levels), weights))
+
+    def _true_path(self, ctx: Context, ahead: int, for_s: float) -> Forecast:
+        """The next ``windows_ahead`` window starts' true loads (the last one held past the
+        trace's end), as the median and as the one scenario."""
+        idx = np.minimum(ctx.k + np.arange(1, self.windows_ahead + 1), len(ctx.knots) - 1)
+        truth = np.asarray(ctx.knots[idx], dtype=np.float64)
+        self.fc[ctx.k + 1] = float(truth[0])
+        times = np.asarray(ctx.now_s + ctx.window_s * np.arange(1, self.windows_ahead + 1),
+                           dtype=np.float64)
+        return Forecast(float(truth[min(ahead, len(truth)) - 1]), for_s,
+                        "the true future load", LoadPath(times, truth, truth[None, :].copy(),
+                                                         np.ones(1)))
 
     def on_window(self, ctx: Context) -> SetPoints:
         cfg = ctx.cfg
@@ -308,12 +391,20 @@ class ProRenaTaController(_Forecasting):
         if self.oracle:
             forecast = Forecast(float(ctx.knots[min(ctx.k + ahead, len(ctx.knots) - 1)]),
                                 for_s, "the true future load")
+        elif self.perfect:
+            forecast = self._true_path(ctx, ahead, for_s)
         else:
             forecast = self._forecast(ctx, ahead, for_s)
+        view = ctx.storage
+        if view is not None and ctx.data_history is not None:
+            view = replace(view, path=growth_forecast(
+                ctx.data_history, ctx.window_s, ctx.now_s,
+                max(1, round(cfg.lookahead_s / ctx.window_s)) if self.mode == "horizon"
+                else ahead + 1))
         observed = Observed(now_s=ctx.now_s, replicas=ctx.serving,
                             load_rps=float(ctx.knots[ctx.k]), read_ratio=ctx.read_ratio,
-                            data_bytes=ctx.data_bytes, interference=ctx.interference,
-                            operation=ctx.op)
+                            data_bytes=view.total_bytes if view is not None else ctx.data_bytes,
+                            interference=ctx.interference, operation=ctx.op, storage=view)
         models, scale_in = self._models(ctx)
         loop = PolicyLoop(cfg, models, period_s=ctx.window_s)
         d = loop.step(self.memory, observed, forecast)
@@ -405,6 +496,7 @@ class OperatorController(Controller):
         self.fc: dict[int, float] = {}
         self.runner: Any = None
         self.kube: Any = None
+        self._windows_ahead = DAY_WINDOWS
         self.policies: Any = None
         #: learning online: the prior's capacity factor (None: the replay's model as is),
         #: and per window (window, learned capacity, confidence, scale-in allowed)
@@ -443,10 +535,9 @@ class OperatorController(Controller):
                                            "queries": {"interference": "replay"}}},
                 "interference": {"enabled": True}}
 
-    @staticmethod
-    def lookahead_s(ctx: Context) -> float:
-        """The same lookahead as the simulator's prorenata."""
-        return max(ctx.cfg.window_s, ProRenaTaController.windows_ahead * ctx.window_s)
+    def lookahead_s(self, ctx: Context) -> float:
+        """The same lookahead as the simulator's prorenata (set by :meth:`attach`)."""
+        return max(ctx.cfg.window_s, self._windows_ahead * ctx.window_s)
 
     def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
         from elastore.errors import ElastoreError
@@ -458,6 +549,9 @@ class OperatorController(Controller):
         # learning: the runner loads the prior itself (priorScale 1), so that a prior of
         # any shape can be given; else the replay's model as it is
         models = ctx.models
+        self._windows_ahead = lookahead_windows(replay.data_bytes, cluster.serving,
+                                                replay.default_mibps, replay.boot_s,
+                                                ctx.window_s)
         if self.prior is not None:
             self.prior_scale = 1.0
             models = replace(ctx.models, capacity=self.prior)
@@ -549,20 +643,30 @@ class OptimalController(Controller):
 
     def attach(self, cluster: Cluster, ctx: Context, replay: Replay) -> None:
         from elastore.models.migration import MigrationModel
-        from elastore.planner.schedule import cheapest, physics_horizon
+        from elastore.planner.schedule import cheapest, physics_horizon, with_bytes
 
         cfg, cap = ctx.cfg, ctx.models.capacity
         peak = float(np.max(replay.load_rps))
         n_hi = min(cfg.max_replicas,
                    cap.servers_needed(peak, ctx.read_ratio, float(np.max(replay.interference)),
                                       cfg.headroom) + 2)
+        disk = None
+        if replay.storage is not None and replay.volume_bytes and replay.total_bytes is not None:
+            budget = replay.storage.budget * replay.volume_bytes
+            top = float(np.max(replay.total_bytes))
+            n_hi = min(cfg.max_replicas, max(n_hi, math.ceil(top / budget - 1e-9) + 1))
+            disk = (replay.total_bytes, budget, replay.storage)
         n_hi = max(n_hi, cluster.serving, cfg.floor)
         mig = MigrationModel(cap, min_mibps=cfg.min_migration_mibps,
                              max_mibps=replay.default_mibps, slo_margin=cfg.migration_margin)
+        # a growing cluster's changes move the data as it is when they start
+        data = replay.data_bytes if replay.total_bytes is None else replay.total_bytes
         self.horizon = physics_horizon(
             ctx.models, mig, replay.load_rps, replay.interference, ctx.read_ratio,
-            replay.step_s, replay.boot_s, replay.data_bytes, min(cfg.floor, cluster.serving),
+            replay.step_s, replay.boot_s, data, min(cfg.floor, cluster.serving),
             n_hi, default_mibps=replay.default_mibps)
+        if disk is not None:
+            self.horizon = with_bytes(self.horizon, *disk, penalty=replay.penalty)
         self.schedule = cheapest(self.horizon, cluster.serving, replay.penalty)
         self._default, self._dt = replay.default_mibps, replay.step_s
 
@@ -587,14 +691,22 @@ class OptimalController(Controller):
 FACTORIES: dict[str, Callable[[], Controller]] = {
     "feedback": Feedback, "predict": Predict, "prorenata": ProRenaTaController,
     "prorenata-window": lambda: ProRenaTaController(mode="window"),
-    "ideal": lambda: ProRenaTaController(oracle=True), "optimal": OptimalController, "hpa": HPA,
+    "ideal": lambda: ProRenaTaController(oracle=True),
+    "perfect-forecast": lambda: ProRenaTaController(perfect=True),
+    # the lookahead fixed at a day, as before issue 40 (for comparison)
+    "prorenata-day": lambda: ProRenaTaController(payback=False),
+    "prorenata-holidays": lambda: ProRenaTaController(holidays=True),
+    "perfect-forecast-day": lambda: ProRenaTaController(perfect=True, payback=False),
+    "optimal": OptimalController, "hpa": HPA,
     "holt-winters": HoltWintersPHPA, "static-peak": StaticPeak,
     "operator": OperatorController,
 }
 #: every controller ``elastore simulate`` knows
 KNOWN = tuple(FACTORIES)
 #: the default comparison (``operator`` runs the same loop as ``prorenata``, more slowly)
-CONTROLLERS = tuple(n for n in KNOWN if n != "operator")
+CONTROLLERS = tuple(n for n in KNOWN if n not in (
+    "operator", "perfect-forecast", "prorenata-day", "perfect-forecast-day",
+    "prorenata-holidays"))
 
 
 def make_controller(name: str) -> Controller:

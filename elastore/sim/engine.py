@@ -13,6 +13,11 @@ step from the capacity model.
   and is removed only then.
 * A change is never aborted; the cluster walks towards the current target one node at a
   time.
+* **The bytes** (with a ``volume_bytes``): the data a sender streams stays on its disk
+  until ``nodetool cleanup`` has run after the bootstrap, at ``cleanup_mibps`` per node;
+  new data (:meth:`Cluster.grow`) spreads over the serving nodes, and a full volume takes
+  no more (writes are rejected: :meth:`Cluster.full`; a decommission into full disks
+  stalls, as Cassandra's fails, and its node stays).
 """
 
 from __future__ import annotations
@@ -47,10 +52,51 @@ class Cluster:
     target: int = 0
     actions: int = 0  # node additions and removals started
     log: list[tuple[float, str]] = field(default_factory=list)
+    volume_bytes: float | None = None  # each node's volume (None: the bytes are not modelled)
+    cleanup_mibps: float = 64.0  # per node, after a bootstrap
+    garbage: list[float] = field(default_factory=list)  # streamed away, awaiting cleanup
+    rejected_bytes: float = 0.0  # writes a full volume refused
 
     @classmethod
-    def balanced(cls, n: int, total_bytes: float, boot_s: float) -> Cluster:
-        return cls([total_bytes / n] * n, boot_s, target=n)
+    def balanced(cls, n: int, total_bytes: float, boot_s: float,
+                 volume_bytes: float | None = None) -> Cluster:
+        return cls([total_bytes / n] * n, boot_s, target=n, volume_bytes=volume_bytes,
+                   garbage=[0.0] * n)
+
+    def used(self) -> list[float]:
+        """Each serving node's bytes on disk: its data plus what awaits its cleanup."""
+        g = self.garbage + [0.0] * (len(self.data) - len(self.garbage))
+        return [d + x for d, x in zip(self.data, g, strict=False)]
+
+    def disk_utilization(self) -> float:
+        """The fullest node's share of its volume (0 without a volume)."""
+        if not self.volume_bytes:
+            return 0.0
+        return max(self.used()) / self.volume_bytes
+
+    def full(self) -> bool:
+        return bool(self.volume_bytes) and self.disk_utilization() >= 1.0 - 1e-9
+
+    def grow(self, nbytes: float) -> None:
+        """New data (negative: TTL and compaction took some back), spread evenly over the
+        serving nodes; a full volume takes none of it (the write is rejected)."""
+        n = len(self.data)
+        share = nbytes / n
+        used = self.used()
+        for i in range(n):
+            if share > 0 and self.volume_bytes:
+                room = max(0.0, self.volume_bytes - used[i])
+                took = min(share, room)
+                self.rejected_bytes += share - took
+                self.data[i] += took
+            else:
+                self.data[i] = max(0.0, self.data[i] + share)
+
+    def _cleanup(self, dt: float) -> None:
+        step = self.cleanup_mibps * MIB * dt
+        for i, g in enumerate(self.garbage):
+            if g > 0:
+                self.garbage[i] = max(0.0, g - step)
 
     @property
     def serving(self) -> int:
@@ -90,6 +136,8 @@ class Cluster:
         """
         if self.op is None:
             self._start(now_s)
+        if self.volume_bytes and (self.op is None or self.op.kind != "add"):
+            self._cleanup(dt)  # cleanup runs once a bootstrap has ended
         billed = self.billed
         kind, used = self._advance(dt, rate_mibps)
         return kind, used, billed
@@ -107,21 +155,31 @@ class Cluster:
             moved = min(op.per_sender_left, rate_b * dt)
             for i in range(n):
                 self.data[i] -= moved
+            if self.volume_bytes:  # on disk until this node's cleanup, after the bootstrap
+                self.garbage += [0.0] * (n - len(self.garbage))
+                for i in range(n):
+                    self.garbage[i] += moved
             op.new_data += moved * n
             op.per_sender_left -= moved
             if op.per_sender_left <= 1e-6:
                 self.data.append(op.new_data)
+                self.garbage = [*self.garbage[:n], 0.0]
                 self.op = None
             return "bootstrap", rate_mibps
         # remove: the last node hands its data to the others
         n = self.serving
         moved = min(op.leaving_data, rate_b * dt)
+        if self.volume_bytes:  # a full receiver takes no more: the stream stalls there
+            used = self.used()
+            room = min(max(0.0, self.volume_bytes - used[i]) for i in range(n - 1))
+            moved = min(moved, room * (n - 1))
         for i in range(n - 1):
             self.data[i] += moved / (n - 1)
         self.data[-1] -= moved
         op.leaving_data -= moved
         if op.leaving_data <= 1e-6:
             leftover = self.data.pop()
+            self.garbage = self.garbage[: len(self.data)]
             for i in range(len(self.data)):  # rounding dust stays in the cluster
                 self.data[i] += leftover / len(self.data)
             self.op = None

@@ -29,9 +29,9 @@ import numpy as np
 import numpy.typing as npt
 
 from elastore.actuators.nodetool import Replication, Ring, RingNode, stream_setting
-from elastore.actuators.ports import DriftError, StatefulSetFacts
-from elastore.errors import ElastoreError, MetricsError
-from elastore.operator.metrics import NodeReading, Snapshot
+from elastore.actuators.ports import DriftError, StatefulSetFacts, VolumeFacts, expansion_wanted
+from elastore.errors import ElastoreError, MetricsError, StatusConflict
+from elastore.operator.metrics import DiskReading, NodeReading, Snapshot, history_end
 from elastore.sim.engine import Cluster
 
 FloatArray = npt.NDArray[np.float64]
@@ -81,6 +81,14 @@ class SimulatedKube:
         self.forgotten: set[str] = set()  # tests: cleanups issued by a process now gone
         self.repairs: dict[str, str] = {}  # pod -> what shows a repair on it
         self.compaction_mibps: dict[str, float] = {}  # each pod's throttle as set
+        #: the PVCs' StorageClass and whether it allows expansion (tests: False refuses)
+        self.storage_class: str | None = "standard"
+        self.expandable: bool | None = True
+        #: each PVC's request and capacity in bytes, by its UID, once expanded (absent: the
+        #: template's ``volume_bytes``; a PVC made again starts from the template); the
+        #: simulated volume grows at once: a test sets a capacity behind to see a resize
+        self.pvc_requests: dict[str, float] = {}
+        self.pvc_capacity: dict[str, float] = {}
 
     def _pvc(self, k: int) -> str | None:
         return f"{self.pvc_template}-{self.name}-{k}" if self.pvc_template else None
@@ -359,6 +367,32 @@ class SimulatedKube:
         self.pvc_uids.pop(name, None)
         self.marked.pop(name, None)  # its annotations go with it
 
+    def volume(self, ns: str, name: str) -> VolumeFacts | None:
+        if ns != self.namespace or name not in self.pvcs:
+            return None
+        uid = self._pvc_uid(name)
+        req = self.pvc_requests.get(uid, self.volume_bytes)
+        cap = self.pvc_capacity.get(uid, req)
+        return VolumeFacts(name, uid, req, cap, "Bound", self.storage_class,
+                           self.expandable if self.storage_class else None,
+                           req is not None and cap is not None and req > cap)
+
+    def expand_volume(self, ns: str, name: str, to_bytes: float) -> None:
+        where = f"PVC {ns}/{name}"
+        facts = self.volume(ns, name)
+        if facts is None:
+            raise ElastoreError(f"{where} does not exist: cannot expand it")
+        if not expansion_wanted(where, facts.requested_bytes, to_bytes):
+            return
+        if facts.storage_class is None:
+            raise ElastoreError(f"{where} names no StorageClass: not expanding it")
+        if facts.expandable is not True:  # simulated: no API server to decide an unknown
+            raise ElastoreError(f"{where}: its StorageClass {facts.storage_class} does not "
+                                "allow volume expansion")
+        self.calls.append((self.now_s, f"expand pvc {name} {to_bytes:.0f}"))
+        self.pvc_requests[facts.uid] = to_bytes
+        self.pvc_capacity[facts.uid] = to_bytes
+
 
 @dataclass
 class TraceMetrics:
@@ -377,6 +411,8 @@ class TraceMetrics:
     #: each node's own readings at a time (the replay's measured latencies, for a policy
     #: that learns its capacity model); None: the replay has none
     node_readings: Callable[[float], dict[str, NodeReading]] | None = None
+    #: the bytes per node at a time, with their history (a test's disk); None: none
+    disk_reading: Callable[[float, int, float], DiskReading] | None = None
 
     @classmethod
     def piecewise_linear(cls, times_s: FloatArray, values_rps: FloatArray,
@@ -396,10 +432,12 @@ class TraceMetrics:
         load = self._at(at_s)
         if not np.isfinite(load):
             raise MetricsError("MetricsMissing", f"no load at {at_s:.0f} s in the replay")
-        hist = np.array([self._at(at_s - (steps - 1 - j) * step_s) for j in range(steps)])
+        end = history_end(at_s, step_s)  # on the step grid, as Prometheus's source
+        hist = np.array([self._at(end - (steps - 1 - j) * step_s) for j in range(steps)])
         return Snapshot(at_s=at_s, load_rps=load, read_ratio=self.read_ratio,
                         data_bytes=self.data_bytes(), migration_mibps=None,
-                        history_rps=hist, step_s=step_s, nodes=self.nodes())
+                        history_rps=hist, step_s=step_s, nodes=self.nodes(),
+                        history_end_s=end)
 
     def scalar(self, name: str, at_s: float) -> float:
         if name == "interference" and self.interference is not None:
@@ -410,6 +448,13 @@ class TraceMetrics:
         if self.node_readings is None:
             raise MetricsError("MetricsMissing", "the replay has no per-node series")
         return self.node_readings(at_s)
+
+    def disk(self, at_s: float, steps: int, step_s: float,
+             pvc_template: str | None = None) -> DiskReading:
+        if self.disk_reading is None:
+            raise MetricsError("MetricsMissing", "the replay has no per-node bytes (the "
+                               "operator controller of the simulator plans for the load only)")
+        return self.disk_reading(at_s, steps, step_s)
 
 
 def _host_id(k: int) -> str:
@@ -442,7 +487,7 @@ class MemoryPolicies:
     def of(cls, namespace: str, name: str, spec: dict[str, Any]) -> MemoryPolicies:
         return cls({"apiVersion": "elastore.io/v1alpha1", "kind": "ElasticPolicy",
                     "metadata": {"namespace": namespace, "name": name, "generation": 1,
-                                 "uid": f"sim-{namespace}-{name}"},
+                                 "resourceVersion": "1", "uid": f"sim-{namespace}-{name}"},
                     "spec": copy.deepcopy(spec), "status": {}})
 
     def _is(self, ns: str, name: str) -> bool:
@@ -452,10 +497,22 @@ class MemoryPolicies:
     def get(self, ns: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.body) if self._is(ns, name) else None
 
-    def patch_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+    def patch_status(self, ns: str, name: str, status: dict[str, Any],
+                     expect_version: str | None = None) -> str | None:
         if not self._is(ns, name):
             raise ElastoreError(f"no ElasticPolicy {ns}/{name}")
+        meta = self.body["metadata"]
+        if expect_version is not None and expect_version != meta.get("resourceVersion"):
+            raise StatusConflict(f"writing the status of ElasticPolicy {ns}/{name}: it "
+                                 f"changed since resourceVersion {expect_version}")
         merge_patch(self.body.setdefault("status", {}), status)
+        return self.bump()
+
+    def bump(self) -> str:
+        """A new resourceVersion, as any write of the object gives it."""
+        meta = self.body["metadata"]
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or 0) + 1)
+        return str(meta["resourceVersion"])
 
     def event(self, body: dict[str, Any], reason: str, message: str,
               warning: bool = False) -> None:

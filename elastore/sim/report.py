@@ -126,6 +126,17 @@ def write_report(res: SimResult, out: Path, seconds: float) -> Path:
             f"{m['p95_latency_ms_median']:.1f} | {m['cpu_util_mean']:.2f} | "
             f"{m['scale_actions']} | "
             + " | ".join(f"{m['utility'][f'{p:g}']:.1f}" for p in PENALTIES) + " |")
+    if cfg.models_bytes:
+        lines += ["", f"Disks: the data grows {cfg.data_growth_gib_per_day:g} GiB a trace day "
+                  f"(net), each node's volume {res.volume_gib or 0:,.1f} GiB, budget "
+                  f"{cfg.storage().budget:.0%} (target {cfg.target_utilization:.0%}, "
+                  f"{cfg.compaction} compaction); a full volume rejects writes and counts as "
+                  "a violation.", "",
+                  "| controller | max disk utilization | over target % | full hours |",
+                  "|---|---:|---:|---:|"]
+        for name, m in metrics.items():
+            lines.append(f"| {name} | {m['max_disk_utilization']:.3f} | "
+                         f"{m['disk_over_target_pct']:.2f} | {m['disk_full_hours']:.2f} |")
     lines += ["", f"Simulated in {seconds:.1f} s.", "",
               "![workload](workload.png)", "", "![servers](servers.png)", "",
               "![latency](latency_cdf.png) ![utilisation](utilization_cdf.png)", "",

@@ -15,13 +15,23 @@ from elastore.errors import ElastoreError
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.migration import MigrationModel, mixture_p95
+from elastore.models.storage import (
+    DEFAULT_CLEANUP_MIBPS,
+    DEFAULT_COMPACTION,
+    DEFAULT_TARGET_UTILIZATION,
+    StorageConfig,
+    StorageView,
+)
 from elastore.planner import Operation, PlannerConfig
 from elastore.sim.controllers import Context, Controller, Replay, make_controller
 from elastore.sim.engine import Cluster
+from elastore.traces.calendar import holiday_hours
 from elastore.traces.series import HourlySeries
 from elastore.units import gib_to_bytes, mib_to_bytes
 
 FloatArray = npt.NDArray[np.float64]
+EXPIRED_SHARE = 0.3  # of the bytes written, what TTL and compaction take back
+START_FILL = 0.6  # --volume-gib's default: the starting data fills this share of the volumes
 KINDS = {"idle": 0, "boot": 1, "bootstrap": 2, "decommission": 3}
 PENALTIES = (1, 10, 100)
 LOOKAHEAD_HOURS = 24  # the horizon planner looks a day of the trace ahead
@@ -52,6 +62,24 @@ class SimConfig:
     #: sd of the multiplicative noise on each measured latency (ln), and its seed
     latency_noise: float = 0.1
     seed: int = 0
+    #: the bytes (``--data-growth-gib-per-day``, ``--volume-gib``): net GiB the data grows
+    #: a trace day (writes add in step with the write load, TTL and compaction take
+    #: :data:`EXPIRED_SHARE` of them back, evenly); each node's volume (None: the starting
+    #: cluster's data at :data:`START_FILL` of its volumes). With neither, the bytes are
+    #: not modelled and a run is what it was before them
+    data_growth_gib_per_day: float = 0.0
+    volume_gib: float | None = None
+    target_utilization: float = DEFAULT_TARGET_UTILIZATION
+    compaction: str = DEFAULT_COMPACTION
+    cleanup_mibps: float = DEFAULT_CLEANUP_MIBPS
+
+    @property
+    def models_bytes(self) -> bool:
+        return self.data_growth_gib_per_day != 0 or self.volume_gib is not None
+
+    def storage(self) -> StorageConfig:
+        return StorageConfig(target_utilization=self.target_utilization,
+                             compaction=self.compaction, cleanup_mibps=self.cleanup_mibps)
 
     def validate(self) -> None:
         if not (self.step_s > 0 and self.hour_seconds > 0
@@ -67,6 +95,12 @@ class SimConfig:
         if not 0 <= self.latency_noise <= 1:
             raise ElastoreError(f"the latency noise must be in [0, 1], got "
                                 f"{self.latency_noise:g}")
+        if not math.isfinite(self.data_growth_gib_per_day):
+            raise ElastoreError("--data-growth-gib-per-day must be a finite number")
+        if self.volume_gib is not None and not self.volume_gib > 0:
+            raise ElastoreError(f"--volume-gib must be > 0, got {self.volume_gib:g}")
+        if self.models_bytes:
+            self.storage().validate()
         for a, b, i in self.interference:
             if not (0 <= i <= 1 and a < b):
                 raise ElastoreError(f"bad interference phase ({a}, {b}, {i}): "
@@ -89,6 +123,18 @@ class ControllerRun:
     #: learning online: per window (window, learned capacity, confidence, scale-in allowed)
     calibrations: list[tuple[int, float, float, bool]] = field(default_factory=list)
     true_capacity_rps: float | None = None  # the replay's model's, at its read ratio
+    #: the bytes: the fullest node's share of its volume per step, and its budget
+    disk_util: FloatArray = field(default_factory=lambda: np.zeros(0))
+    disk_budget: float | None = None
+
+    def disk_metrics(self, dt: float) -> dict[str, Any]:
+        if self.disk_budget is None or not self.disk_util.size:
+            return {}
+        u = self.disk_util
+        return {"max_disk_utilization": float(u.max()),
+                "disk_over_target_pct": float(100 * np.mean(u > self.disk_budget + 1e-9)),
+                "disk_full_hours": float(np.sum(u >= 1.0 - 1e-9) * dt / 3600),
+                "disk_budget": self.disk_budget}
 
     def metrics(self, dt: float, slo_ms: float, penalty: float | None = None
                 ) -> dict[str, Any]:
@@ -105,6 +151,7 @@ class ControllerRun:
             "utility": {f"{p:g}": vm_hours + p * viol_hours
                         for p in sorted({*PENALTIES, *(() if penalty is None else (penalty,))})},
             **self.calibration_metrics(),
+            **self.disk_metrics(dt),
         }
 
     def model_error_pct(self) -> list[float]:
@@ -137,6 +184,7 @@ class SimResult:
     runs: dict[str, ControllerRun]
     physics: str
     gaps_filled: int = 0
+    volume_gib: float | None = None  # each node's volume, when the bytes are modelled
 
     def to_json(self) -> dict[str, Any]:
         dt = self.config.step_s
@@ -147,7 +195,12 @@ class SimResult:
             "slo": {"latency_ms": self.slo_ms, "percentile": self.percentile},
             "replay": {"hour_seconds": self.config.hour_seconds, "step_s": dt,
                        "data_gib": self.config.data_gib, "peak_rps": self.config.peak_rps,
-                       "penalty": self.config.penalty},
+                       "penalty": self.config.penalty,
+                       **({"data_growth_gib_per_day": self.config.data_growth_gib_per_day,
+                           "volume_gib": self.volume_gib,
+                           "target_utilization": self.config.target_utilization,
+                           "compaction": self.config.compaction}
+                          if self.config.models_bytes else {})},
             "physics": self.physics,
         }
 
@@ -165,20 +218,20 @@ def with_slo(cap: CapacityModel, slo_ms: float | None) -> CapacityModel:
 
 
 def prepare_load(series: HourlySeries, start_i: int, hours: int, cfg: SimConfig
-                 ) -> tuple[FloatArray, FloatArray, int]:
-    """Window-start loads (req/s) of the replay and its warm-up history, same scale."""
+                 ) -> tuple[FloatArray, FloatArray, npt.NDArray[np.bool_]]:
+    """Window-start loads (req/s) of the replay and its warm-up history, same scale, and
+    which of the replay's hours the trace lacked (filled by a straight line)."""
     vals = series.values
     replay = vals[start_i : start_i + hours].copy()
-    gaps = int(np.isnan(replay).sum())
-    if gaps == hours:
+    missing = np.isnan(replay)
+    if bool(missing.all()):
         raise ElastoreError("the replay window holds no data")
-    if gaps:
+    if missing.any():
         idx = np.arange(hours)
-        ok = ~np.isnan(replay)
-        replay[~ok] = np.interp(idx[~ok], idx[ok], replay[ok])
+        replay[missing] = np.interp(idx[missing], idx[~missing], replay[~missing])
     scale = cfg.peak_rps / float(np.max(replay))
     hist = vals[max(0, start_i - cfg.warmup_hours) : start_i] * scale
-    return replay * scale, hist, gaps
+    return replay * scale, hist, missing
 
 
 def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequence[str],
@@ -190,7 +243,9 @@ def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequen
     cfg.validate()
     if hours < 2:
         raise ElastoreError("the replay needs at least 2 hours of trace")
-    knots, history, gaps = prepare_load(series, start_i, hours, cfg)
+    knots, history, missing = prepare_load(series, start_i, hours, cfg)
+    gaps = int(missing.sum())
+    holidays = holiday_hours(series.index[start_i:start_i + hours])
     W, dt = cfg.hour_seconds, cfg.step_s
     steps = int(hours * W / dt)
     t = np.arange(steps) * dt
@@ -208,6 +263,7 @@ def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequen
     )
     cap = models.capacity
     data_bytes = gib_to_bytes(cfg.data_gib)
+    growth = _growth(cfg, models, knots, history, load, pcfg) if cfg.models_bytes else None
     runs: dict[str, ControllerRun] = {}
     for name in controllers:
         ctrl = make_controller(name)
@@ -219,30 +275,76 @@ def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequen
             ctrl.learn_online(learner, scaled(  # type: ignore[attr-defined]
                 start, cfg.prior_scale, note=f"x{cfg.prior_scale:g} (the prior)"))
         runs[name] = _run_one(ctrl, knots, history, load, inter, steps, models, pcfg, cfg,
-                              data_bytes, progress)
+                              data_bytes, progress, growth, missing, holidays)
     idx = series.index
     return SimResult(
         config=cfg, slo_ms=cap.slo_ms, percentile=cap.percentile,
         start=str(idx[start_i]), end=str(idx[start_i + hours - 1]), hours=hours,
         knots=knots, runs=runs, physics=physics, gaps_filled=gaps,
+        volume_gib=None if growth is None else growth.volume_bytes / gib_to_bytes(1.0),
     )
+
+
+@dataclass(frozen=True)
+class Growth:
+    """The replay's bytes: each node's volume, the net bytes written each step, and the
+    data's total at each window start of the warm-up history (the same workload before
+    the replay, so a forecaster has a past)."""
+
+    storage: StorageConfig
+    volume_bytes: float
+    net_bytes: FloatArray  # (steps,)
+    history_bytes: FloatArray  # (warm-up windows,)
+
+
+def _start_size(cap: CapacityModel, load_rps: float, cfg: SimConfig, pcfg: PlannerConfig
+                ) -> int:
+    n = cap.servers_needed(load_rps, cfg.read_ratio, 0.0, cfg.headroom)
+    return min(max(n, pcfg.floor), pcfg.max_replicas)
+
+
+def _growth(cfg: SimConfig, models: ModelSet, knots: FloatArray, history: FloatArray,
+            load: FloatArray, pcfg: PlannerConfig) -> Growth:
+    """The bytes written step by step: in step with the write load (req/s x (1 - read
+    ratio)), scaled so that, after TTL and compaction took :data:`EXPIRED_SHARE` back, the
+    data grows ``data_growth_gib_per_day`` a trace day on average."""
+    dt, W = cfg.step_s, cfg.hour_seconds
+    day_s = 24 * W
+    writes = load * (1 - cfg.read_ratio)
+    mean_w = float(np.mean(writes)) if float(np.mean(writes)) > 0 else 1.0
+    g = gib_to_bytes(cfg.data_growth_gib_per_day)
+    gross = g / (1 - EXPIRED_SHARE)
+
+    def net(w: FloatArray, seconds: float) -> FloatArray:
+        return np.asarray(gross * (w / mean_w - EXPIRED_SHARE) * seconds / day_s)
+
+    hist_w = np.nan_to_num(np.asarray(history, dtype=float) * (1 - cfg.read_ratio), nan=mean_w)
+    per_window = net(hist_w, W)
+    d0 = gib_to_bytes(cfg.data_gib)
+    hist = np.maximum(0.0, d0 - np.cumsum(per_window[::-1])[::-1])
+    n0 = _start_size(models.capacity, float(knots[0]), cfg, pcfg)
+    volume = (gib_to_bytes(cfg.volume_gib) if cfg.volume_gib is not None
+              else d0 / n0 / START_FILL)
+    return Growth(cfg.storage(), volume, net(writes, dt), hist)
 
 
 def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: FloatArray,
              inter: FloatArray, steps: int, models: ModelSet, pcfg: PlannerConfig,
              cfg: SimConfig, data_bytes: float,
-             progress: Callable[[int], None] | None) -> ControllerRun:
+             progress: Callable[[int], None] | None, growth: Growth | None = None,
+             missing: npt.NDArray[np.bool_] | None = None,
+             holidays: npt.NDArray[np.bool_] | None = None) -> ControllerRun:
     t0 = time.perf_counter()
     W, dt = cfg.hour_seconds, cfg.step_s
     cap = models.capacity
     r = cfg.read_ratio
     ctrl.warm(history)
 
-    def needed(x: float) -> int:
-        n = cap.servers_needed(x, r, 0.0, cfg.headroom)
-        return min(max(n, pcfg.floor), pcfg.max_replicas)
-
-    cluster = Cluster.balanced(needed(float(knots[0])), data_bytes, cfg.boot_s)
+    cluster = Cluster.balanced(_start_size(cap, float(knots[0]), cfg, pcfg), data_bytes,
+                               cfg.boot_s, None if growth is None else growth.volume_bytes)
+    if growth is not None:
+        cluster.cleanup_mibps = growth.storage.cleanup_mibps
+    window_totals: list[float] = []
 
     noise = np.random.default_rng(cfg.seed)
 
@@ -266,11 +368,19 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
             left = (o.boot_left_s + o.per_sender_left / rate_b if o.kind == "add"
                     else o.leaving_data / rate_b)
             op = Operation(o.from_replicas, o.to_replicas, o.started_s, now + left)
+        view, past = None, None
+        if growth is not None:
+            view = StorageView(growth.storage, growth.volume_bytes, tuple(cluster.used()),
+                               "kubelet")
+            past = np.concatenate([growth.history_bytes, window_totals])
         return Context(
             k=s // win_steps, now_s=now, window_s=W, knots=knots, serving=cluster.serving,
             target=cluster.target, op=op, models=models, cfg=pcfg, data_bytes=data_bytes,
             read_ratio=r, interference=float(inter[s]) if ctrl.interference_aware else 0.0,
             load_now=float(load[s]), latency_ms=lat, migration_now=mig,
+            storage=view, data_history=past,
+            gaps=missing if missing is not None and missing.any() else None,
+            holidays=holidays if holidays is not None and holidays.any() else None,
         )
 
     serving = np.zeros(steps)
@@ -278,6 +388,7 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
     rate_used = np.zeros(steps)
     kind = np.zeros(steps, dtype=np.int8)
     data_total = np.zeros(steps)
+    disk = np.zeros(steps if growth is not None else 0)
     setpoints: list[tuple[float, int]] = []
     win_steps = int(W / dt)
     tick_s = ctrl.tick_s or 0.0
@@ -313,11 +424,16 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
         new_window = s % win_steps == 0
         # a tick whenever a multiple of tick_s falls inside this step
         tick = bool(tick_s) and (s == 0 or int(now // tick_s) != int((now - dt) // tick_s))
+        if new_window and growth is not None:
+            window_totals.append(cluster.total_bytes())
         if new_window or tick:
             ctx = context(s, now)
             if s == 0:
-                ctrl.attach(cluster, ctx, Replay(load, inter, dt, cfg.boot_s, data_bytes,
-                                                 cfg.default_stream_mibps, cfg.penalty))
+                ctrl.attach(cluster, ctx, Replay(
+                    load, inter, dt, cfg.boot_s, data_bytes, cfg.default_stream_mibps,
+                    cfg.penalty, None if growth is None else growth.storage,
+                    None if growth is None else growth.volume_bytes,
+                    None if growth is None else data_bytes + np.cumsum(growth.net_bytes)))
             if new_window:
                 new = ctrl.on_window(ctx)
                 setpoints = new if ctrl.replaces else setpoints + new
@@ -343,17 +459,24 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
         rate_used[s] = used
         if used > 0:
             last_rate = used
+        if growth is not None:
+            cluster.grow(float(growth.net_bytes[s]))
+            disk[s] = cluster.disk_utilization()
         data_total[s] = cluster.total_bytes()
         if progress is not None and s % 2000 == 1999:
             progress(2000)
     if progress is not None:
         progress(steps % 2000)
     p95 = _latency(load, serving, kind, rate_used, inter, models, r)
+    if disk.size:
+        # a full volume rejects writes: the worst violation there is
+        p95 = np.where(disk >= 1.0 - 1e-9, np.inf, p95)
     util = load / serving / np.asarray(cap.capacity(r, 0.0, inter))
     return ControllerRun(ctrl.name, serving, billed, p95, util, rate_used, kind,
                          cluster.actions, time.perf_counter() - t0, ctrl.forecasts(),
                          data_total, list(getattr(ctrl, "calibrations", [])),
-                         float(cap.capacity(r, 0.0, 0.0)))
+                         float(cap.capacity(r, 0.0, 0.0)), disk,
+                         None if growth is None else growth.storage.budget)
 
 
 def _latency(load: FloatArray, serving: FloatArray, kind: npt.NDArray[np.int8],

@@ -91,6 +91,9 @@ class StoreCall:
     slo_at_risk: bool | None = None
     #: a scale-in's target was found fit (ring and space) by this tick's admission
     ring_checked: bool = False
+    #: the last period's skew view (``elastore.operator.skew.SkewView``; None: mode Off or
+    #: no period yet), for Auto's token choice at a scale-out
+    skew_view: Any = None
 
     @property
     def sts(self) -> StatefulSetFacts:

@@ -35,9 +35,18 @@ from elastore.units import MIB
 #: every query a preset may define, cluster totals then per node
 QUERY_NAMES = ("readRps", "writeRps", "migrationMiBps", "dataBytes", "freshness",
                "interference", "latencyMs", "nodeReadRps", "nodeWriteRps", "nodeLatencyMs",
-               "nodeMigrationMiBps")
+               "nodeMigrationMiBps", "nodeDataBytes", "nodeVolumeUsedBytes",
+               "nodeVolumeCapacityBytes")
 #: quantities an exporter may not have (their absence is said, never read as 0)
-OPTIONAL = ("migrationMiBps", "nodeMigrationMiBps")
+OPTIONAL = ("migrationMiBps", "nodeMigrationMiBps", "nodeDataBytes", "nodeVolumeUsedBytes",
+            "nodeVolumeCapacityBytes")
+#: the kubelet's volume stats of the target's PVCs (``{pvcscope}``: the namespace and
+#: ``persistentvolumeclaim=~".+-<pod>"``), one series per PVC: what ``df`` says of each
+#: node's volume, whatever the store (kubernetes/kubernetes pkg/kubelet/metrics/collectors
+#: volume_stats.go)
+VOLUME_USED = "sum by (persistentvolumeclaim) (kubelet_volume_stats_used_bytes{{{pvcscope}}})"
+VOLUME_CAPACITY = ("sum by (persistentvolumeclaim) "
+                   "(kubelet_volume_stats_capacity_bytes{{{pvcscope}}})")
 
 #: Hubbub-scale's interference index in [0, 1]: elastore's node agent exports one series per
 #: pod (elastore.agent, labels namespace, pod, node); the target's mean
@@ -76,9 +85,12 @@ class Exporter:
             "nodeReadRps": f"sum by ({{pod}}) ({self.read})",
             "nodeWriteRps": f"sum by ({{pod}}) ({self.write})",
             "nodeLatencyMs": self.node_latency,
+            "nodeVolumeUsedBytes": VOLUME_USED,
+            "nodeVolumeCapacityBytes": VOLUME_CAPACITY,
         }
         if self.data is not None:
             out["dataBytes"] = f"sum({self.data})"
+            out["nodeDataBytes"] = f"sum by ({{pod}}) ({self.data})"
         if self.streaming is not None:
             out["migrationMiBps"] = f"sum({self.streaming}) / {MIB}"
             out["nodeMigrationMiBps"] = f"sum by ({{pod}}) ({self.streaming}) / {MIB}"

@@ -25,6 +25,13 @@ anyone who may patch it, so :func:`check_identity` refuses an operation whose po
 does not match, or a scale-in below ``max(replicas.min, replicationFactor)``
 (:func:`below_floor`). A PVC is deleted only if it carries *this* operation's mark
 (:func:`pvc_mark`: the operation's ``id`` and the PVC's UID, :func:`mark_honoured`).
+
+**Earlier releases' records.** An operation written by an earlier release is read as it
+is, with what that release did not write filled in: no ``id`` (before 2026-11-27: the
+runner gives it one before its next effect, so its PVC mark names it) and no deadline (the
+first release, 2026-11-23: :meth:`OperationState.from_status` derives it from the
+operation's own start and expected end by the rule :func:`start` applies, so an
+upgrade never leaves a step without one).
 """
 
 from __future__ import annotations
@@ -109,20 +116,29 @@ class OperationState:
 
     @classmethod
     def from_status(cls, d: Any) -> OperationState | None:
+        """The operation in the status; None if there is none. An earlier release's record
+        (no ``id``, no deadline) is read with what it lacks filled in (the module's
+        docstring); one that cannot be read raises :class:`ElastoreError`."""
         if not isinstance(d, dict) or not d.get("kind"):
             return None
         try:
+            started = float(d["startedEpoch"])
+            expected_end = float(d.get("expectedEndEpoch") or started)
+            # the first release (2026-11-23) wrote no deadline: the one start() would have
+            # set, from the operation's own start and expected end (never none: a step
+            # without one would never be called Stuck)
+            until = (deadline(started, max(0.0, expected_end - started))
+                     if d.get("deadlineEpoch") is None else float(d["deadlineEpoch"]))
             return cls(kind=d["kind"], from_replicas=int(d["fromReplicas"]),
                        to_replicas=int(d["toReplicas"]), pod=str(d["pod"]),
-                       phase=str(d["phase"]), started_s=float(d["startedEpoch"]),
-                       updated_s=float(d.get("updatedEpoch") or d["startedEpoch"]),
-                       expected_end_s=float(d.get("expectedEndEpoch") or d["startedEpoch"]),
+                       phase=str(d["phase"]), started_s=started,
+                       updated_s=float(d.get("updatedEpoch") or started),
+                       expected_end_s=expected_end,
                        message=str(d.get("message", "")),
                        decommission_issued_s=(None if d.get("decommissionIssuedEpoch") is None
                                               else float(d["decommissionIssuedEpoch"])),
                        pvc=d.get("pvc"),
-                       deadline_s=(None if d.get("deadlineEpoch") is None
-                                   else float(d["deadlineEpoch"])),
+                       deadline_s=until,
                        cleanup_ordinal=(None if d.get("cleanupOrdinal") is None
                                         else int(d["cleanupOrdinal"])),
                        cleanup_issued_s=(None if d.get("cleanupIssuedEpoch") is None

@@ -59,9 +59,9 @@ def advance(driver: StoreDriver, call: StoreCall, op: OperationState) -> StepRes
         return rejected(call, op, new.message)
     if effect == "stuck" or new.phase == "Stuck":
         if effect == "stuck":
-            call.event("OperationStuck", new.message, True)
             driver.stopped(call, op)
             call.save(new)
+            call.event("OperationStuck", new.message, True)
         call.cond(ctype, True, "Stuck", new.message)
         call.out["operation"] = new.to_status()
         return StepResult(new, False)
@@ -73,10 +73,11 @@ def advance(driver: StoreDriver, call: StoreCall, op: OperationState) -> StepRes
     refused = driver.before_effect(call, op, got)
     if refused is not None:
         return refused_at_effect(call, op, refused)
+    # the state first, then the effect: a restart in between repeats nothing harmful; the
+    # Event once the state is saved (a refused write said it twice, issue 39's chaos test)
+    call.save(None if done else new)
     if new.phase != op.phase:
         call.event(f"{op.kind}{new.phase}", new.message, False)
-    # the state first, then the effect: a restart in between repeats nothing harmful
-    call.save(None if done else new)
     try:
         new = driver.apply(call, op, got)
     except DriftError as exc:
@@ -103,15 +104,15 @@ def refused_at_effect(call: StoreCall, op: OperationState, refused: str) -> Step
     if op.decommission_issued_s is None:
         msg = f"{op.kind} {op.from_replicas} -> {op.to_replicas} given up before its " \
               f"decommission: {refused}"
-        call.event(f"{op.kind}Refused", msg, True)
         call.save(None)
+        call.event(f"{op.kind}Refused", msg, True)
         call.cond(ctype, False, "Refused", msg)
         call.out["operation"] = None
         return StepResult(op, True)
     stuck = replace(op, phase="Stuck", updated_s=call.now,
                     message=f"the decommission of {op.pod} is not re-issued: {refused}")
-    call.event("OperationStuck", stuck.message, True)
     call.save(stuck)
+    call.event("OperationStuck", stuck.message, True)
     call.cond(ctype, True, "Stuck", stuck.message)
     call.out["operation"] = stuck.to_status()
     return StepResult(stuck, False)

@@ -360,7 +360,16 @@ class ControlPlane:
     #: the API server's audit log of ``pods/exec`` (``audit.log``): what ran in which pod,
     #: as the API server saw it, whatever node or runtime serves the pod
     audit_exec: bool = False
+    #: the API server's audit log of every request (``audit.log``, Metadata level: who, what,
+    #: user agent; no bodies): the operator scale benchmark counts the operator's requests
+    audit_requests: bool = False
+    #: an audit policy of the test's own (YAML; ``audit.log``), instead of the two above:
+    #: e.g. the request bodies of every write to a StatefulSet, so a test can tell what
+    #: size each scale asked for
+    audit_policy: str = ""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    #: each process's argv as it was started (:meth:`restart` starts it again with it)
+    argvs: dict[str, list[str]] = field(default_factory=dict)
     apiserver_port: int = 0
     kwok_port: int = 0
 
@@ -396,9 +405,31 @@ class ControlPlane:
         return out
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        logf = (self.root / f"{name}.log").open("ab")
-        self.procs[name] = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
-                                            cwd=self.root, start_new_session=True)
+        self.argvs[name] = list(argv)
+        with (self.root / f"{name}.log").open("ab") as logf:  # the child keeps its own copy
+            self.procs[name] = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT,
+                                                cwd=self.root, start_new_session=True)
+
+    def restart(self, name: str, down_s: float = 0.0, timeout_s: float = 180.0) -> float:
+        """A fault: kill the process ``name`` this control plane started (SIGKILL, by its
+        PID: no goodbye, as a node that loses power), leave it down ``down_s`` seconds, start
+        it again with the same argv (same ports, same etcd data directory, same audit log,
+        its log appended to), and wait until the API server answers ready again (its
+        ``/readyz`` includes etcd). Returns the epoch (``time.time()``) at which it did: the
+        fault's end."""
+        p = self.procs.get(name)
+        if p is None or name not in self.argvs:
+            raise ElastoreError(f"{name} is not a process of this control plane "
+                                f"({', '.join(self.procs)})")
+        if p.poll() is None:
+            p.kill()
+        p.wait(timeout=30)
+        log.info("%s (pid %d) killed; down for %.1f s", name, p.pid, down_s)
+        time.sleep(max(0.0, down_s))
+        self._spawn(name, self.argvs[name])
+        wait_for(f"the API server to be ready again after {name} restarted", self._ready,
+                 timeout_s=timeout_s, every_s=0.25)
+        return time.time()
 
     def _check_alive(self) -> None:
         for name, p in self.procs.items():
@@ -430,7 +461,17 @@ class ControlPlane:
                 "    proxyProtocol: HTTPConnect\n    transport:\n      uds:\n"
                 f"        udsName: {self.egress_proxy}\n")
             egress = [f"--egress-selector-config-file={self.root / 'egress.yaml'}"]
-        if self.audit_exec:
+        if self.audit_policy:
+            (self.root / "audit-policy.yaml").write_text(self.audit_policy)
+            egress += [f"--audit-policy-file={self.root / 'audit-policy.yaml'}",
+                       f"--audit-log-path={self.audit_log}"]
+        elif self.audit_requests:
+            (self.root / "audit-policy.yaml").write_text(
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\n"
+                "omitStages: [RequestReceived, ResponseStarted]\nrules:\n- level: Metadata\n")
+            egress += [f"--audit-policy-file={self.root / 'audit-policy.yaml'}",
+                       f"--audit-log-path={self.audit_log}"]
+        elif self.audit_exec:
             (self.root / "audit-policy.yaml").write_text(
                 "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n"
                 "rules:\n- level: Metadata\n  resources: [{group: '', resources: [pods/exec]}]\n"

@@ -18,20 +18,32 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elastore.actuators.nodetool import stream_setting
+from elastore.actuators.nodetool import (
+    StreamProgress,
+    failure_summary,
+    move_args,
+    move_refusal,
+    single_tokens,
+    stream_progress,
+    stream_setting,
+)
 from elastore.errors import ElastoreError
 from elastore.lab import cgroups, netns
 from elastore.lab.cassandra.nodes import (
     CASSANDRA_VERSION,
     NodeSpec,
     ensure_jars,
+    even_tokens,
     nodetool,
+    nodetool_command,
     start_example_exporter,
     start_node,
+    token_config,
     write_config,
 )
 from elastore.lab.host import lab_dir, wait_for
@@ -54,6 +66,9 @@ class NodeState:
     cgroup: str = ""
     #: the standalone example-naming exporter's PID (``example_exporter``; 0: none)
     exporter_pid: int = 0
+    #: a single-token lab's node: its one token (its ``initial_token``, then wherever
+    #: :func:`move` put it); None with vnodes
+    token: int | None = None
 
     @property
     def spec(self) -> NodeSpec:
@@ -91,6 +106,13 @@ class LabState:
     #: a second JMX exporter per node with the JMX exporter's example naming (job
     #: cassandra-example), for the ``jmx-exporter-example`` preset
     example_exporter: bool = False
+    #: how often each node gossips its Load, ms (0: Cassandra's 60 s). ``nodetool status``
+    #: shows the other nodes' Load as of their last broadcast: a test that reads every
+    #: node's bytes from one node's status within seconds shortens it
+    load_broadcast_ms: int = 0
+    #: one token per node (``num_tokens: 1``, each node's ``initial_token``) instead of
+    #: Cassandra's vnodes: what ``nodetool move`` needs (:func:`move`)
+    single_token: bool = False
 
     def node_ns(self, node: NodeState) -> str:
         """Where the node's JVM runs (and its JMX answers on 127.0.0.1)."""
@@ -116,7 +138,9 @@ class LabState:
                        float(doc.get("cpu_per_node", 0.0)),
                        [int(c) for c in doc.get("store_cpus", [])],
                        int(doc.get("cfs_period_us", cgroups.CFS_PERIOD_US)),
-                       bool(doc.get("example_exporter", False)))
+                       bool(doc.get("example_exporter", False)),
+                       int(doc.get("load_broadcast_ms", 0)),
+                       bool(doc.get("single_token", False)))
         except (ValueError, KeyError, TypeError) as exc:
             raise ElastoreError(f"unreadable lab state: {exc}", str(p)) from exc
 
@@ -306,19 +330,32 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
        namespace: str = NAMESPACE, pods: str = "", veth: bool = False,
        ips: list[str] | None = None, cpu_per_node: float = 0.0,
        store_cpus: list[int] | None = None,
-       cfs_period_us: int = cgroups.CFS_PERIOD_US, example_exporter: bool = False
-       ) -> LabState:
+       cfs_period_us: int = cgroups.CFS_PERIOD_US, example_exporter: bool = False,
+       load_broadcast_ms: int = 0, single_token: bool = False,
+       tokens: list[int] | None = None) -> LabState:
     """``pods``: "namespace/statefulset" the nodes stand in for (:attr:`LabState.pods`).
     ``veth``: each node in a namespace of its own behind a veth (:attr:`LabState.veth`),
     at ``ips`` (default 10.88.0.n). ``cpu_per_node``: each node's CPU limit in cores
     (0: none), enforced per CFS period of ``cfs_period_us``. ``store_cpus``: the CPUs the
-    nodes run on (:attr:`LabState.store_cpus`)."""
+    nodes run on (:attr:`LabState.store_cpus`). ``load_broadcast_ms``: how often each node
+    gossips its Load (:attr:`LabState.load_broadcast_ms`; 0: Cassandra's default).
+    ``single_token``: one token per node (:attr:`LabState.single_token`), node k+1 at
+    ``tokens[k]`` (default: spaced evenly, :func:`even_tokens`); ``tokens`` implies it."""
     if ips is not None:
         veth = True
         if len(ips) != nodes:
             raise ElastoreError(f"{nodes} nodes need {nodes} addresses, got {len(ips)}")
     if not 1 <= nodes <= MAX_NODES:
         raise ElastoreError(f"--nodes must be 1..{MAX_NODES} on this machine (2 cores)")
+    if tokens is not None:
+        single_token = True
+        if len(tokens) != nodes or len(set(tokens)) != nodes:
+            raise ElastoreError(f"{nodes} single-token nodes need {nodes} distinct tokens, "
+                                f"got {tokens}")
+    elif single_token:
+        tokens = even_tokens(nodes)
+    for t in tokens or []:
+        token_config(t)  # refuses a token outside Murmur3's range before anything starts
     d = d or lab_dir()
     old = LabState.load(d)
     if old is not None and any(_ours(n.pid, n.root) for n in old.nodes):
@@ -342,19 +379,48 @@ def up(nodes: int = 3, heap: str = "256M", d: Path | None = None,
                             f"{sorted(avail)} (the rest run the clients)")
     state = LabState(namespace, heap, pods=pods, veth=veth, cpu_per_node=cpu_per_node,
                      store_cpus=cpus, cfs_period_us=cfs_period_us,
-                     example_exporter=example_exporter)
+                     example_exporter=example_exporter,
+                     load_broadcast_ms=max(0, int(load_broadcast_ms)),
+                     single_token=single_token)
     if veth:
         netns.prepare_host(namespace)
     state.save(d)
-    for k in range(nodes):
-        _add(state, lib, d, ip=ips[k] if ips else None)
+    if single_token and tokens is not None and nodes > 1:
+        # an empty cluster: with one token each, nodes 2..n join at once, without a
+        # bootstrap (there is nothing to stream yet), where vnodes join one by one
+        _add(state, lib, d, ip=ips[0] if ips else None, token=tokens[0])
+        started = [_start(state, lib, d, ip=ips[k] if ips else None, token=tokens[k],
+                          bootstrap=False) for k in range(1, nodes)]
+        for node, proc, t0 in started:
+            _await_join(state, lib, node, proc, t0)
+    else:
+        for k in range(nodes):
+            _add(state, lib, d, ip=ips[k] if ips else None,
+                 token=tokens[k] if tokens is not None else None)
     log.info("starting Prometheus on %s ...", PROMETHEUS_ADDR)
     _start_prometheus(state, d)
     return state
 
 
-def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | None = None
-         ) -> NodeState:
+def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | None = None,
+         token: int | None = None) -> NodeState:
+    node, proc, t0 = _start(state, lib, d, n, ip, token)
+    _await_join(state, lib, node, proc, t0)
+    return node
+
+
+def _start(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | None = None,
+           token: int | None = None, bootstrap: bool = True
+           ) -> tuple[NodeState, subprocess.Popen[bytes], float]:
+    """Start a node's JVM (and its example exporter); :func:`_await_join` waits for it."""
+    if state.single_token and token is None:
+        raise ElastoreError("a single-token lab's new node needs its token (initial_token)")
+    if not state.single_token and token is not None:
+        raise ElastoreError("a token is for a single-token lab (lab up --single-token); "
+                            "this lab's nodes have vnodes")
+    taken = {x.token for x in state.nodes}
+    if token is not None and token in taken:
+        raise ElastoreError(f"token {token} is already a node's")
     used = {x.n for x in state.nodes}
     if n is None:
         n = min(k for k in range(1, MAX_NODES + 2) if k not in used)
@@ -376,7 +442,7 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
         raise ElastoreError("a node address needs the veth topology (lab up --veth)")
     spec = NodeSpec(n, root, ip)
     seed = state.nodes[0].spec.ip if state.nodes else spec.ip
-    write_config(spec, f"{seed}:7000")
+    write_config(spec, f"{seed}:7000", token, bootstrap)
     t0 = time.monotonic()
     group = None
     if cgroups.v2_root() is not None:
@@ -385,34 +451,42 @@ def _add(state: LabState, lib: Path, d: Path, n: int | None = None, ip: str | No
         group.create(state.cpu_per_node or None, period_us=state.cfs_period_us)
     log.info("starting node %d on %s ...", n, spec.ip)
     proc = start_node(node_ns or state.netns, spec, lib, state.heap, group,
-                      state.store_cpus or None)
-    node = NodeState(n, proc.pid, str(root), ip or "", node_ns, group.rel if group else "")
+                      state.store_cpus or None, state.load_broadcast_ms)
+    node = NodeState(n, proc.pid, str(root), ip or "", node_ns, group.rel if group else "",
+                     token=token)
     if state.example_exporter:
         node.exporter_pid = start_example_exporter(node_ns or state.netns, spec).pid
     state.nodes.append(node)
     state.save(d)
+    _reweigh(state)
+    return node, proc, t0
+
+
+def _await_join(state: LabState, lib: Path, node: NodeState, proc: subprocess.Popen[bytes],
+                t0: float) -> None:
+    """Wait until a started node is Up and Normal in its own ``nodetool status``."""
+    root, spec = Path(node.root), node.spec
 
     def joined() -> bool:
         if proc.poll() is not None:
             tail = (root / "logs" / "system.log").read_text()[-1500:] if (
                 root / "logs" / "system.log").exists() else ""
-            raise ElastoreError(f"node {n} exited with {proc.returncode}: {tail}")
+            raise ElastoreError(f"node {node.n} exited with {proc.returncode}: {tail}")
         return _ring(state, node, lib).get(spec.ip) == "UN"
 
-    _reweigh(state)
-    wait_for(f"node {n} ({spec.ip}) to join the ring", joined, timeout_s=240)
-    log.info("node %d up in %.0f s", n, time.monotonic() - t0)
+    wait_for(f"node {node.n} ({spec.ip}) to join the ring", joined, timeout_s=240)
+    log.info("node %d up in %.0f s", node.n, time.monotonic() - t0)
     _reload_prometheus(state)
-    return node
 
 
-def add_node(d: Path | None = None, n: int | None = None, ip: str | None = None
-             ) -> NodeState:
+def add_node(d: Path | None = None, n: int | None = None, ip: str | None = None,
+             token: int | None = None) -> NodeState:
     """Start a node (the lowest free number, or ``n``; at ``ip`` with the veth topology)
-    and wait until it has joined."""
+    and wait until it has joined. A single-token lab's node needs its ``token`` (it
+    bootstraps the range that ends there)."""
     d = d or lab_dir()
     state = _require(d)
-    return _add(state, ensure_jars(), d, n, ip)
+    return _add(state, ensure_jars(), d, n, ip, token)
 
 
 def remove_node(which: str | int, d: Path | None = None) -> bool:
@@ -434,6 +508,55 @@ def remove_node(which: str | int, d: Path | None = None) -> bool:
     _reload_prometheus(state)
     shutil.rmtree(node.root, ignore_errors=True)
     return stopped
+
+
+def node_running(which: str | int, d: Path | None = None) -> bool:
+    """Whether the node's JVM (the PID the lab state has for it) still runs our node."""
+    state = _require(d or lab_dir())
+    node = _node(state, which)
+    return _ours(node.pid, node.root)
+
+
+def kill_node(which: str | int, d: Path | None = None, sig: int = signal.SIGKILL) -> int:
+    """Kill the node's JVM by its PID with ``sig`` (SIGKILL: a crash, no shutdown hook, no
+    drain) and wait until it has exited. Unlike :func:`remove_node` the node stays in the
+    lab's state with its data, config, namespace and cgroup, as a crashed container keeps
+    its pod and volume: :func:`restart_node` starts it again on them. Returns the PID
+    killed; refuses a PID that does not run our node."""
+    d = d or lab_dir()
+    state = _require(d)
+    node = _node(state, which)
+    if not _ours(node.pid, node.root):
+        raise ElastoreError(f"node {node.n} (pid {node.pid}) is not running")
+    os.kill(node.pid, sig)
+    wait_for(f"node {node.n} (pid {node.pid}) to exit",
+             lambda: not _ours(node.pid, node.root), timeout_s=30, every_s=0.1)
+    log.info("node %d (pid %d) killed with signal %d", node.n, node.pid, sig)
+    return node.pid
+
+
+def restart_node(which: str | int, d: Path | None = None) -> NodeState:
+    """Start a node whose JVM is not running (:func:`kill_node`) again on its own data
+    directory and config, as a kubelet restarts a crashed container on its volume, and wait
+    until it is Up and Normal in its own ``nodetool status``. A node killed while it
+    bootstrapped bootstraps again (Cassandra 5.0.4: "Detected previous bootstrap failure;
+    retrying"; the lab's nodes reset its streamed progress). Raises if the JVM exits first,
+    with its log's tail."""
+    d = d or lab_dir()
+    state = _require(d)
+    node = _node(state, which)
+    if _ours(node.pid, node.root):
+        raise ElastoreError(f"node {node.n} is running (pid {node.pid})")
+    lib = ensure_jars()
+    group = cgroups.Group(node.cgroup) if node.cgroup else None
+    t0 = time.monotonic()
+    log.info("restarting node %d on %s on its own data ...", node.n, node.spec.ip)
+    proc = start_node(state.node_ns(node), node.spec, lib, state.heap, group,
+                      state.store_cpus or None, state.load_broadcast_ms)
+    node.pid = proc.pid
+    state.save(d)
+    _await_join(state, lib, node, proc, t0)
+    return node
 
 
 def _require(d: Path) -> LabState:
@@ -466,6 +589,88 @@ def set_stream_throughput(which: str | int, mibps: float, d: Path | None = None)
     log.debug("node %d: stream throttle %.3f MiB/s set as %s (%.3f MiB/s)", node.n, mibps,
               " ".join(args), applied)
     return applied
+
+
+def run_nodetool(which: str | int, *args: str, d: Path | None = None,
+                 timeout: float = 600) -> str:
+    """nodetool ``args`` on a node; its output, or an error naming what nodetool said."""
+    state = _require(d or lab_dir())
+    node = _node(state, which)
+    res = nodetool(state.node_ns(node), ensure_jars(), node.spec.jmx_port, *args,
+                   timeout=timeout)
+    if res.returncode != 0:
+        raise ElastoreError(f"nodetool {' '.join(args)} on node {node.n}: "
+                            f"{failure_summary(res.stdout, res.stderr)}")
+    return res.stdout
+
+
+def ring_tokens(d: Path | None = None, via: str | int | None = None) -> dict[str, int]:
+    """Each node's one token (address -> token) as the ring says (``nodetool ring`` on
+    ``via``, default the first node): a single-token lab's tokens, read back."""
+    state = _require(d or lab_dir())
+    return single_tokens(run_nodetool(via if via is not None else state.nodes[0].n, "ring",
+                                      d=d))
+
+
+class MoveRefused(ElastoreError):
+    """``nodetool move`` refused or failed; ``kind`` names a known refusal
+    (:data:`elastore.actuators.nodetool.MOVE_REFUSALS`) or is None."""
+
+    def __init__(self, message: str, kind: str | None) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def move(which: str | int, token: int, d: Path | None = None,
+         on_progress: Callable[[float, StreamProgress], None] | None = None,
+         poll_s: float = 2.0, timeout_s: float = 3600.0) -> float:
+    """``nodetool move`` a single-token node to ``token``; returns the seconds it took.
+
+    nodetool returns when the move is done: the node has fetched its new range's replicas,
+    streamed the ranges it gave up, and taken the new token. Meanwhile, with
+    ``on_progress``, the node's streams are read every ``poll_s`` from ``netstats`` and
+    passed on with the seconds elapsed. The data the node no longer replicates stays on
+    its disk until ``nodetool cleanup`` (as after a bootstrap). Raises :class:`MoveRefused`
+    with what Cassandra said (docs/lab.md lists what 5.0.4 refuses). Stopping the wait
+    (timeout) does not stop the move inside Cassandra."""
+    d = d or lab_dir()
+    state = _require(d)
+    node = _node(state, which)
+    lib = ensure_jars()
+    args = move_args(int(token))
+    t0 = time.monotonic()
+    log.info("moving node %d (%s) from token %s to %d ...", node.n, node.spec.ip, node.token,
+             token)
+    proc = subprocess.Popen(nodetool_command(state.node_ns(node), lib, node.spec.jmx_port,
+                                             *args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - t0 > timeout_s:
+                    raise ElastoreError(f"the move of node {node.n} did not end within "
+                                        f"{timeout_s:.0f} s (it may still run in Cassandra)"
+                                        ) from None
+                if on_progress is not None:
+                    res = nodetool(state.node_ns(node), lib, node.spec.jmx_port, "netstats")
+                    if res.returncode == 0 and proc.poll() is None:
+                        on_progress(time.monotonic() - t0, stream_progress(res.stdout))
+    finally:
+        if proc.poll() is None:  # our client only: the move inside Cassandra goes on
+            proc.kill()
+            proc.wait()
+    secs = time.monotonic() - t0
+    if proc.returncode != 0:
+        raise MoveRefused(f"nodetool move {token} on node {node.n}: "
+                          f"{failure_summary(out, err)}", move_refusal(out, err))
+    node.token = int(token)
+    state.save(d)
+    log.info("node %d moved to %d in %.1f s", node.n, token, secs)
+    return secs
 
 
 def get_stream_throughput(which: str | int, d: Path | None = None) -> float:

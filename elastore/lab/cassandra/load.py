@@ -26,7 +26,7 @@ from elastore.traces.workload import Workload
 log = logging.getLogger("elastore.load")
 
 
-def _preload(session: Any, write: Any, rows: list[tuple[int, bytes]], concurrency: int
+def _preload(session: Any, write: Any, rows: list[tuple[Any, bytes]], concurrency: int
              ) -> None:
     """Write every row, retrying the failed ones (a slow store times some out); a row that
     still fails after :data:`PRELOAD_ROUNDS` is an error naming how many and why."""

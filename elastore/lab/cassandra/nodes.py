@@ -58,7 +58,9 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 </project>
 """
 
-# only what the lab, BwMan and the profiler read: a full dump is ~57,000 series per node
+# only what the lab, BwMan and the profiler read: a full dump is ~57,000 series per node.
+# The keyspaces' ReadLatency/WriteLatency counts are each node's *local* reads and writes
+# (as a replica, not as a coordinator): the per-node work the skew lab measures
 EXPORTER_CONFIG = """lowercaseOutputName: true
 includeObjectNames:
   - "org.apache.cassandra.metrics:type=Streaming,*"
@@ -66,6 +68,8 @@ includeObjectNames:
   - "org.apache.cassandra.metrics:type=Storage,*"
   - "org.apache.cassandra.metrics:type=Compaction,*"
   - "org.apache.cassandra.metrics:type=ThreadPools,path=request,*"
+  - "org.apache.cassandra.metrics:type=Keyspace,name=ReadLatency,*"
+  - "org.apache.cassandra.metrics:type=Keyspace,name=WriteLatency,*"
 rules:
   - pattern: ".*"
 """
@@ -166,15 +170,46 @@ class NodeSpec:
         return f"{self.ip}:{EXAMPLE_EXPORTER_PORT}"
 
 
-def write_config(node: NodeSpec, seeds: str) -> Path:
-    """cassandra.yaml, logback.xml and the exporter config for one node."""
+#: Murmur3Partitioner's tokens: signed 64-bit
+MIN_TOKEN, MAX_TOKEN = -(2**63), 2**63 - 1
+
+
+def token_config(initial_token: int | None) -> str:
+    """The token lines of cassandra.yaml: vnodes (16 per node, allocated for RF 2) unless
+    ``initial_token`` is given, then one token per node at exactly that value."""
+    if initial_token is None:
+        return "num_tokens: 16\nallocate_tokens_for_local_replication_factor: 2\n"
+    if not MIN_TOKEN <= initial_token <= MAX_TOKEN:
+        raise ElastoreError(f"initial_token {initial_token} is outside Murmur3's "
+                            f"[{MIN_TOKEN}, {MAX_TOKEN}]")
+    return f"num_tokens: 1\ninitial_token: {initial_token}\n"
+
+
+def even_tokens(n: int) -> list[int]:
+    """``n`` single tokens spaced evenly around Murmur3's ring (the classic token
+    generator's: node i at -2^63 + i * 2^64 / n), so each node's primary range is 1/n."""
+    if n < 1:
+        raise ElastoreError(f"even tokens need at least one node, got {n}")
+    return [MIN_TOKEN + (i * 2**64) // n for i in range(n)]
+
+
+def write_config(node: NodeSpec, seeds: str, initial_token: int | None = None,
+                 bootstrap: bool = True) -> Path:
+    """cassandra.yaml, logback.xml and the exporter config for one node; with
+    ``initial_token``, the node has that one token (:func:`token_config`). Without
+    ``bootstrap`` the node joins without streaming (``auto_bootstrap: false``): only for a
+    cluster that holds no data yet."""
     r = node.root
     for d in ("data", "commitlog", "saved_caches", "hints", "cdc_raw", "logs"):
         (r / d).mkdir(parents=True, exist_ok=True)
+    join = "" if bootstrap else "auto_bootstrap: false\n"
+    # a single-token lab measures how the ring routes reads: the dynamic snitch would send
+    # a replica's reads elsewhere whenever it looks slower, and on a shared 2-core machine
+    # that is the other work's noise (a run beside a Swift lab: 243 of node 1's 989 reads
+    # served by node 2, none of them sent there by the client)
+    snitch = "" if initial_token is None else "dynamic_snitch: false\n"
     yaml = f"""cluster_name: elastore-lab
-num_tokens: 16
-allocate_tokens_for_local_replication_factor: 2
-partitioner: org.apache.cassandra.dht.Murmur3Partitioner
+{token_config(initial_token)}{join}{snitch}partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
@@ -217,9 +252,13 @@ write_request_timeout: 5000ms
     return r / "cassandra.yaml"
 
 
-def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000
-                 ) -> list[str]:
+def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000,
+                 load_broadcast_ms: int = 0) -> list[str]:
+    """``load_broadcast_ms``: how often the node gossips its Load (0: Cassandra's 60 s);
+    ``nodetool status`` shows the other nodes' Load as of their last broadcast."""
     r = node.root
+    broadcast = [f"-Dcassandra.broadcast_interval_ms={load_broadcast_ms}"] if \
+        load_broadcast_ms > 0 else []
     return [
         "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k",
         *JAVA_MODULE_FLAGS,
@@ -234,7 +273,7 @@ def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000
         # `lab profile` rebuilds nodes repeatedly to keep data streaming; Cassandra 5
         # refuses a second rebuild of a node unless its earlier progress may be reset
         "-Dcassandra.reset_bootstrap_progress=true",
-        "-Dcassandra-foreground=yes",
+        "-Dcassandra-foreground=yes", *broadcast,
         "-cp", classpath(lib), "org.apache.cassandra.service.CassandraDaemon",
     ]
 
@@ -289,7 +328,8 @@ def start_example_exporter(ns: str, node: NodeSpec) -> subprocess.Popen[bytes]:
 
 
 def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | None = None,
-               cpus: list[int] | None = None) -> subprocess.Popen[bytes]:
+               cpus: list[int] | None = None, load_broadcast_ms: int = 0
+               ) -> subprocess.Popen[bytes]:
     """Start the node inside ``ns``; ``ip netns exec`` execs java, so the PID is java's.
     Its outgoing connections leave from its own address
     (:func:`elastore.lab.bindsrc.ensure_bindsrc`). With ``group``, the process joins that
@@ -304,16 +344,22 @@ def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | Non
         if cpus:
             os.sched_setaffinity(0, cpus)
 
-    return subprocess.Popen(netns.command(ns, node_command(node, lib, heap)), stdout=log,
+    return subprocess.Popen(netns.command(ns, node_command(
+        node, lib, heap, load_broadcast_ms=load_broadcast_ms)), stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True, env=env,
                             preexec_fn=join)
 
 
+def nodetool_command(ns: str, lib: Path, jmx_port: int, *args: str) -> list[str]:
+    """nodetool ``args`` against the node whose JMX answers on ``jmx_port`` in ``ns``."""
+    return netns.command(ns, ["java", "-Xmx128m", *JAVA_MODULE_FLAGS, "-cp", classpath(lib),
+                              "-Dlogback.configurationFile=/dev/null",
+                              "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1", "-p",
+                              str(jmx_port), *args])
+
+
 def nodetool(ns: str, lib: Path, jmx_port: int, *args: str, timeout: float = 120
              ) -> subprocess.CompletedProcess[str]:
-    cmd = ["java", "-Xmx128m", *JAVA_MODULE_FLAGS, "-cp", classpath(lib),
-           "-Dlogback.configurationFile=/dev/null",
-           "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1", "-p", str(jmx_port), *args]
-    return subprocess.run(netns.command(ns, cmd), capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(nodetool_command(ns, lib, jmx_port, *args), capture_output=True,
+                          text=True, timeout=timeout, check=False)
 

@@ -782,6 +782,40 @@ def write_rings(swift_dir: Path, rings: dict[str, bytes]) -> None:
         tmp.replace(swift_dir / f"{kind}.ring.gz")
 
 
+def ring_files(d: Path | None = None) -> dict[str, bytes]:
+    """The ring master's files as a rings ConfigMap holds them (``<kind>.builder`` and
+    ``<kind>.ring.gz`` of every kind): what an operator's ring change starts from."""
+    _, state = _require(d)
+    out: dict[str, bytes] = {}
+    for kind in SERVERS:
+        for name in (f"{kind}.builder", f"{kind}.ring.gz"):
+            p = state.rings / name
+            if not p.exists():
+                raise ElastoreError(f"no {name} in the ring master {state.rings}")
+            out[name] = p.read_bytes()
+    return out
+
+
+def install_rings(files: dict[str, bytes], d: Path | None = None) -> None:
+    """Make ``files`` (a rings ConfigMap's: ``<kind>.builder`` or ``.builder.gz``, and
+    ``<kind>.ring.gz``) the lab's rings: the ring master's builders and ring files replaced
+    (each atomically), then every node and the proxy given the ring files
+    (:func:`distribute_rings`), as the kubelets' ConfigMap volumes give them to pods. A
+    ring change made elsewhere (the operator's, on the ConfigMap) reaches the lab so."""
+    from elastore.actuators.swiftring import RingFiles
+
+    _, state = _require(d)
+    rings = RingFiles(files)  # every kind's builder and ring file, or an error
+    state.rings.mkdir(parents=True, exist_ok=True)
+    for kind in SERVERS:
+        for name, data in ((f"{kind}.builder", rings.builder_bytes(kind)),
+                           (f"{kind}.ring.gz", files[f"{kind}.ring.gz"])):
+            tmp = state.rings / f".{name}.tmp"
+            tmp.write_bytes(data)
+            tmp.replace(state.rings / name)
+    distribute_rings(state)
+
+
 def drain_node(which: int | str, d: Path | None = None) -> None:
     """Set the node's device weight to 0 in every ring and rebalance: its partitions get
     new primaries and its replicators push them there (:func:`wait_replicated`)."""

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
-from elastore.actuators.ports import ClusterPort
+from elastore.actuators.ports import (
+    ClusterPort,
+    TokenConfigPort,
+    TokenMovePort,
+    tokens_configmap,
+)
 from elastore.errors import ElastoreError
 from elastore.operator import bandwidth
 from elastore.operator.conditions import iso
+from elastore.operator.skew import SkewAct, SkewView
 from elastore.operator.spec import PolicySpec
 from elastore.planner.stabilization import Recommendations
 from elastore.stores import operation
@@ -22,7 +30,7 @@ from elastore.stores.base import (
     Why,
     floor,
 )
-from elastore.stores.cassandra import machine
+from elastore.stores.cassandra import machine, move
 from elastore.stores.cassandra.nodes import CassandraNodes, nodetool
 from elastore.stores.operation import OperationState
 
@@ -35,7 +43,7 @@ def mark_pvc(call: StoreCall, op: OperationState) -> None:
     if not op.pvc or op.id is None:
         return
     got = call.port.pvc_mark(call.namespace, op.pvc)
-    if got is not None:
+    if got is not None and not operation.mark_honoured(got[1], op.id, got[0]):
         call.port.mark_pvc(call.namespace, op.pvc,
                            operation.pvc_mark(call.policy, iso(call.now), op.id, got[0]))
 
@@ -107,8 +115,13 @@ class StatefulSetPods:
 
 class CassandraDriver(StatefulSetPods, CassandraNodes):
 
+    #: Auto chooses a new pod's token at a scale-out (the pod reads it from its ConfigMap)
+    SPLITS_AT_SCALE_OUT = True
+
     def __init__(self) -> None:
         CassandraNodes.__init__(self)
+        #: pod -> the token the ConfigMap gave it, once seen taken or not (said once)
+        self._split_seen: dict[str, str] = {}
 
     def pods_now(self, call: StoreCall) -> list[str]:
         op = call.out["operation"] if "operation" in call.out else call.status.get("operation")
@@ -126,6 +139,109 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
         if out is not None or kind == "ScaleOut":
             return out
         return self.ring_refusal(call, f"{call.spec.target.name}-{call.sts.spec_replicas - 1}")
+
+    # -- Auto: the new pod's token (issue 38's split at a scale-out) ------------------------
+    def _split_token(self, call: StoreCall, op: OperationState) -> None:
+        """Before the StatefulSet grows: the new pod's token in its ConfigMap
+        (:func:`~elastore.actuators.ports.tokens_configmap`, key the pod's name), chosen to
+        split the hot range, once the store bore the sample's ring out; else the pod's key
+        is emptied (an earlier pod of that ordinal must not hand it an old token). What
+        the pod template must do with it is in docs/operator.md."""
+        spec, port, ns = call.spec, call.port, call.namespace
+        if spec.skew.mode != "Auto" or not spec.enforce or not op.pod:
+            return
+        if not isinstance(port, TokenConfigPort) or not isinstance(port, TokenMovePort):
+            return
+        name = tokens_configmap(spec.target.name)
+        token, why = move.split_for(call.skew_view, op.pod)
+        if token is not None:
+            ring = call.skew_view.ring
+            try:
+                held = {p: port.node_tokens(ns, p, spec.target.container,
+                                            spec.target.nodetool) for p in ring.names}
+            except ElastoreError as exc:
+                token, why = None, f"the serving pods' tokens could not be read: {exc}"
+            else:
+                if any(held[p] != tuple(ring.tokens[ring.index(p)]) for p in ring.names):
+                    token, why = None, "the ring changed since the sample"
+                elif any(token in t for t in held.values()):
+                    token, why = None, f"token {token} is held by a node"
+        try:
+            got = port.pod_tokens_config(ns, name)
+            if token is None:
+                if got is not None and got[1] and got[0].get(op.pod):
+                    port.set_pod_token(ns, name, op.pod, "")
+                call.event("SkewSplitSkipped", f"{op.pod} joins at a token of its own: "
+                                               f"{why}", False)
+                return
+            port.set_pod_token(ns, name, op.pod, str(token))
+            back = port.pod_tokens_config(ns, name)
+        except ElastoreError as exc:
+            call.event("SkewSplitNotWritten", f"{op.pod}'s token was not written ({exc}): "
+                                              "it joins at a token of its own", True)
+            return
+        if back is None or back[0].get(op.pod) != str(token):
+            call.event("SkewSplitNotWritten", f"ConfigMap {ns}/{name} does not read back "
+                                              f"{op.pod}'s token {token}", True)
+            return
+        self._split_seen.pop(op.pod, None)
+        call.event("SkewSplitToken", f"{why} (ConfigMap {name}, key {op.pod})", False)
+
+    def _moved(self, call: StoreCall, pod: str, token: int) -> None:
+        """The pod's key in its token ConfigMap follows a move (when the ConfigMap is the
+        operator's and names the pod): a pod replaced on an empty volume starts at the token
+        the ring has for it, not at one it has left."""
+        port, spec, ns = call.port, call.spec, call.namespace
+        if not isinstance(port, TokenConfigPort):
+            return
+        name = tokens_configmap(spec.target.name)
+        try:
+            got = port.pod_tokens_config(ns, name)
+            if got is not None and got[1] and got[0].get(pod):
+                port.set_pod_token(ns, name, pod, str(token))
+                self._split_seen[pod] = str(token)
+        except ElastoreError as exc:
+            call.event("SkewSplitNotWritten", f"{pod}'s key in ConfigMap {name} was not "
+                                              f"moved to {token}: {exc}", True)
+
+    def skew_act(self, call: StoreCall, view: SkewView, action: str,
+                 record: Mapping[str, Any] | None) -> SkewAct:
+        """The move step (:class:`CassandraNodes`), and once a split pod serves, whether it
+        took the token its ConfigMap gave it (said once per pod and token)."""
+        act = super().skew_act(call, view, action, record)
+        said = self._split_check(call, view)
+        return act if not said else replace(act, events=(*act.events, *said))
+
+    def _split_check(self, call: StoreCall, view: SkewView) -> tuple[tuple[str, str, bool], ...]:
+        port, spec, ns = call.port, call.spec, call.namespace
+        if not isinstance(port, TokenConfigPort) or not isinstance(port, TokenMovePort):
+            return ()
+        try:
+            got = port.pod_tokens_config(ns, tokens_configmap(spec.target.name))
+        except ElastoreError:
+            return ()
+        if got is None or not got[1]:
+            return ()
+        out = []
+        for pod in view.names:
+            want = got[0].get(pod)
+            if not want or self._split_seen.get(pod) == want:
+                continue
+            try:
+                held = port.node_tokens(ns, pod, spec.target.container, spec.target.nodetool)
+            except ElastoreError:
+                continue
+            self._split_seen[pod] = want
+            if held == (int(want),):
+                out.append(("SkewSplitTaken", f"{pod} joined at token {want}, as its "
+                                              "ConfigMap said", False))
+            else:
+                out.append(("SkewSplitIgnored", (
+                    f"{pod} holds {list(held)[:4]}, not the token {want} its ConfigMap "
+                    f"({tokens_configmap(spec.target.name)}) gave it: the pod template "
+                    "does not read it (docs/operator.md: the ConfigMap volume and "
+                    "-Dcassandra.initial_token), or the node had joined before"), True))
+        return tuple(out)
 
     def supersedable(self, op: OperationState) -> bool:
         # cleanup takes hours on large nodes and must not hold a resize (cass-operator #496)
@@ -207,11 +323,18 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
     def apply(self, call: StoreCall, op: OperationState, new: Advanced) -> OperationState:
         spec, port, ns = call.spec, call.port, call.namespace
         nxt, effect = new.operation, new.effect
-        if op.phase == "Decommissioning" and nxt.phase == "Scaling":
-            mark_pvc(call, nxt)  # seen leaving the ring, by this operation
+        if effect == "scale" and op.kind == "ScaleIn":
+            # seen leaving the ring, by this operation: the machine lowers a scale-in's
+            # replicas only on this tick's facts (DECOMMISSIONED, dropped from the ring).
+            # Marked at every such effect, not only on the Decommissioning -> Scaling
+            # transition: a process that recorded Scaling and died (or whose status write
+            # landed but did not answer) lowers the replicas in a later tick
+            mark_pvc(call, nxt)
         if effect == "scale" and op.kind == "ScaleOut" and nxt.pvc:
             # the ordinal comes back: a mark an earlier scale-in left on its PVC is void
             port.unmark_pvc(ns, nxt.pvc)
+        if effect == "scale" and op.kind == "ScaleOut":
+            self._split_token(call, nxt)
         if effect == "scale":
             port.scale(ns, spec.target.name, nxt.to_replicas, expect=op.from_replicas)
         elif effect == "decommission":
@@ -246,6 +369,9 @@ class CassandraDriver(StatefulSetPods, CassandraNodes):
             return (f"{op.pod} had joined; the old nodes from {op.cleanup_pod()} on may keep "
                     "data they no longer own (a cleanup already running there finishes): run "
                     "nodetool cleanup on them before any scale-in")
+        if op.kind == "ScaleOut" and call.sts.spec_replicas >= op.to_replicas:
+            return (f"the StatefulSet stays at {call.sts.spec_replicas}; {op.pod} finishes "
+                    f"joining by itself if its node runs. {machine.never_joined(op)}")
         if op.kind == "ScaleOut":
             return (f"the StatefulSet stays at {call.sts.spec_replicas}; {op.pod} finishes "
                     "joining by itself")

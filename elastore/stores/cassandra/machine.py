@@ -107,7 +107,7 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
         why = facts.decommission_failed or f"its node reports {DECOMMISSION_FAILED}"
         return at("Stuck", f"the decommission of {op.pod} failed: {why}; not re-issued"), \
             "stuck", False
-    late = overdue(op, now_s)
+    late = overdue(op, now_s, _why_late(op, facts))
     if late is not None:
         return late
     if op.kind == "ScaleOut":
@@ -192,6 +192,33 @@ def advance(op: OperationState, facts: Facts, now_s: float, pvc_policy: str = "R
                                  facts.pvc_marked, "of this operation that its node left the "
                                  "ring")
     raise ElastoreError(f"operation {op.kind} in unknown phase {op.phase!r}")
+
+
+def never_joined(op: OperationState) -> str:
+    """What to do with a scale-out's node that has not joined (it died while joining, or
+    never gets there), measured on the lab's Cassandra 5.0.4
+    (``tests/test_chaos_join_lab.py``): it owns no data, since a write acknowledged at a
+    consistency level reached that many of its owners besides it; a restart of its pod on
+    its volume bootstraps again, at the same tokens; one that stays dead leaves the ring
+    by itself once it has been silent 10 x ring_delay (Cassandra's failed-bootstrap timeout,
+    5 min by default), while ``nodetool removenode`` refuses it (not a ring member).
+    Until then writes at QUORUM and RF 2 to its ranges can fail (its pending replica counts
+    towards them)."""
+    pvc = f" and delete PVC {op.pvc} (a later scale-out does not start a pod on a volume " \
+          "without a left-ring mark)" if op.pvc else ""
+    return (f"{op.pod} has not joined the ring, so it owns no data. Cassandra drops a joining "
+            "node that died from the ring once it has been silent 10 x ring_delay (5 min by "
+            "default; nodetool removenode refuses a node that never joined); until then "
+            "writes at QUORUM and RF 2 to its ranges can fail. A restart of its pod bootstraps "
+            f"again; to give up, lower the replicas to {op.from_replicas}{pvc}")
+
+
+def _why_late(op: OperationState, facts: Facts) -> str:
+    """What a step past its deadline says besides its phase."""
+    if op.kind == "ScaleOut" and (op.phase == "Joining" or (
+            op.phase == "Scaling" and facts.spec_replicas >= op.to_replicas)):
+        return f"no further step. {never_joined(op)}, then abort this operation"
+    return "no further step"
 
 
 def _retained_volume(at: Any, op: OperationState, facts: Facts

@@ -70,9 +70,9 @@ def decommission_refusal(ring: Ring, volume_bytes: float | None, min_free_fracti
         what = f"the {k} leaving nodes (the fullest, at worst)"
     need = ((worst.load_bytes or 0.0) + share) * (1 + compaction_margin)
     if need > room:
+        margin = f", + {compaction_margin:.0%} for compaction" if compaction_margin else ""
         return (f"free space: {worst.address} would hold {bytes_to_gib(need):.1f} GiB "
                 f"({bytes_to_gib(worst.load_bytes or 0.0):.1f} GiB now + "
-                f"{bytes_to_gib(share):.1f} GiB from {what}, + "
-                f"{compaction_margin:.0%} for compaction), more than "
+                f"{bytes_to_gib(share):.1f} GiB from {what}{margin}), more than "
                 f"{1 - min_free_fraction:.0%} of its {bytes_to_gib(volume_bytes):.1f} GiB")
     return None
