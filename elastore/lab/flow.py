@@ -42,7 +42,9 @@ def recv(host: str, port: int, seconds: float) -> None:
         got += len(data)
         now = time.monotonic()
         if now - t0 >= INTERVAL_S:
-            print(json.dumps({"t": round(now - end + seconds, 3),
+            # "at": CLOCK_MONOTONIC, one clock for every process on the machine, so that
+            # flows run at once are compared over the same interval
+            print(json.dumps({"t": round(now - end + seconds, 3), "at": now,
                               "mbit": got * 8 / (now - t0) / 1e6}), flush=True)
             t0, got = now, 0
     conn.close()
@@ -77,9 +79,11 @@ def send(host: str, port: int, seconds: float, source: str = "") -> None:
 
 def measure(ns: str, host: str, port: int, seconds: float,
             during: list[tuple[float, Callable[[], object]]] | None = None,
-            source: str = "", send_ns: str | None = None) -> list[tuple[float, float]]:
+            source: str = "", send_ns: str | None = None, absolute: bool = False
+            ) -> list[tuple[float, float]]:
     """Run a receiver on ``host:port`` and a sender inside namespace ``ns`` (the sender in
-    ``send_ns`` instead, if given: across a veth); return (t, Mbit/s) per 0.25 s interval.
+    ``send_ns`` instead, if given: across a veth); return (t, Mbit/s) per 0.25 s interval,
+    t in seconds since the flow began (``absolute``: the machine's monotonic clock).
     ``during``: (seconds after the start, action) to run while the flow goes on, e.g. a live
     rate change. ``source``: see :func:`send`."""
     from elastore.errors import ElastoreError
@@ -106,7 +110,8 @@ def measure(ns: str, host: str, port: int, seconds: float,
         for p in (recv_p, send_p):
             if p is not None and p.poll() is None:
                 p.kill()
-    return [(d["t"], d["mbit"]) for d in map(json.loads, out.splitlines()) if "mbit" in d]
+    key = "at" if absolute else "t"
+    return [(d[key], d["mbit"]) for d in map(json.loads, out.splitlines()) if "mbit" in d]
 
 
 def mean_rate(samples: list[tuple[float, float]], lo: float, hi: float) -> float:
@@ -119,23 +124,41 @@ def mean_rate(samples: list[tuple[float, float]], lo: float, hi: float) -> float
     return sum(sel) / len(sel)
 
 
+#: the shortest interval over which flows run at once are compared, seconds
+MIN_OVERLAP_S = 1.5
+
+
 def concurrent_rates(ns: str, flows: list[tuple[str, int, str]], seconds: float
                      ) -> list[float]:
     """Mean Mbit/s of several flows run at once, each (receiver host, port, source),
-    measured from 1 s in (past the TCP ramp-up) to the end."""
+    measured over the interval where all of them run: from 1 s after the last one began
+    (past the TCP ramp-up) to the first one's end. Each flow is its own process, so on a
+    loaded machine they start up to a second or more apart; a flow's own window would then
+    include time it ran alone, at the whole link's rate."""
     import threading
 
-    out = [0.0] * len(flows)
+    from elastore.errors import ElastoreError
+
+    got: list[list[tuple[float, float]]] = [[] for _ in flows]
 
     def one(k: int, host: str, port: int, source: str) -> None:
-        out[k] = mean_rate(measure(ns, host, port, seconds, source=source), 1.0, seconds)
+        got[k] = measure(ns, host, port, seconds, source=source, absolute=True)
 
     threads = [threading.Thread(target=one, args=(k, *f)) for k, f in enumerate(flows)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return out
+    if any(not g for g in got):
+        raise ElastoreError(f"a flow returned no throughput samples: {got}")
+    # a sample at ``at`` covers the INTERVAL_S before it
+    lo = max(g[0][0] - INTERVAL_S for g in got) + 1.0
+    hi = min(g[-1][0] for g in got)
+    if hi - lo < MIN_OVERLAP_S:
+        raise ElastoreError(f"the {len(flows)} flows ran together for {max(0.0, hi - lo):.2f} "
+                            f"s past their ramp-up, less than {MIN_OVERLAP_S} s: the machine "
+                            "is too loaded to start them together")
+    return [mean_rate(g, lo, hi) for g in got]
 
 
 def main() -> None:
