@@ -626,6 +626,25 @@ def test_real_node_no_row_lost_and_the_pvc_kept(run: Run) -> None:
         (run.root / "load.log").read_text()[-2000:]
 
 
+#: how far back from a period a failed scrape can make it undecidable: the warmup (60 s,
+#: the freshness check at its start) and a period (10 s)
+SCRAPE_LOOKBACK_S = 70.0
+
+
+def _scrape_failed(run: Run, at_s: float, lookback_s: float) -> bool:
+    """Whether Prometheus recorded a failed scrape (``up`` 0) of a store pod in the
+    ``lookback_s`` before ``at_s``."""
+    import urllib.parse
+    import urllib.request
+
+    q = f'min(min_over_time(up{{namespace="{NS}",pod=~"{STS}-[0-9]+"}}[{lookback_s:.0f}s]))'
+    url = f"{run.prom.url}/api/v1/query?" + urllib.parse.urlencode({"query": q, "time": at_s})
+    with urllib.request.urlopen(url, timeout=10) as r:
+        result = json.load(r)["data"]["result"]
+    assert result, f"Prometheus has no 'up' of the store's pods before {at_s}: {q}"
+    return float(result[0]["value"][1]) == 0
+
+
 def test_real_node_the_backtest_replays_the_run_from_prometheus(run: Run) -> None:
     """``elastore operator backtest`` with this run's policy over the node's Prometheus,
     from when the policy was applied: every period decided on the real load, and the
@@ -650,8 +669,21 @@ def test_real_node_the_backtest_replays_the_run_from_prometheus(run: Run) -> Non
                       f"{r['forecast_rps']} desired {r['desired_replicas']} would "
                       f"{r['would_scale']} {r['reason'][:120]}" for r in rows)
     print(json.dumps(out["summary"]), shown, sep="\n")
-    assert len(decided) >= 0.8 * len(rows) >= 8, out["summary"]
-    assert all(r["load_rps"] > 0 and r["replicas"] >= 3 for r in decided)
+    # a period may go undecided only where Prometheus itself recorded a failed scrape of a
+    # store pod (up == 0) in the window the period reads: the freshness check at the period
+    # (a failed scrape leaves no sample at the instant) or at the warmup's start before it.
+    # On CI's 2 loaded cores the JMX exporter sometimes misses its 2-s scrape timeout for
+    # tens of seconds (a run lost 7 of 21 periods so); a backtest must not decide those
+    gaps = {r["at_s"]: _scrape_failed(run, r["at_s"], SCRAPE_LOOKBACK_S) for r in rows}
+    clean = [r for r in rows if not gaps[r["at_s"]]]
+    print(f"{len(rows) - len(clean)} of {len(rows)} periods had a failed scrape of a store "
+          f"pod in the {SCRAPE_LOOKBACK_S:.0f} s before them")
+    assert all(r["ok"] for r in clean), [r for r in clean if not r["ok"]]
+    assert len(clean) >= 8, (len(clean), len(rows))
+    assert all(r["reason"].startswith(("MetricsMissing", "MetricsWarmingUp", "MetricsStale"))
+               for r in rows if not r["ok"]), [r["reason"] for r in rows if not r["ok"]]
+    assert all(r["load_rps"] > 0 for r in decided)
+    assert all(r["replicas"] >= 3 for r in clean)  # a failed scrape may hide a pod
     outs = [r["at_s"] for r in decided if r["would_scale"] > 0]
     assert outs and min(outs) <= started + 20, (started, outs, shown)
 
