@@ -137,8 +137,6 @@ def concurrent_rates(ns: str, flows: list[tuple[str, int, str]], seconds: float
     include time it ran alone, at the whole link's rate."""
     import threading
 
-    from elastore.errors import ElastoreError
-
     got: list[list[tuple[float, float]]] = [[] for _ in flows]
 
     def one(k: int, host: str, port: int, source: str) -> None:
@@ -149,16 +147,26 @@ def concurrent_rates(ns: str, flows: list[tuple[str, int, str]], seconds: float
         t.start()
     for t in threads:
         t.join()
-    if any(not g for g in got):
-        raise ElastoreError(f"a flow returned no throughput samples: {got}")
-    # a sample at ``at`` covers the INTERVAL_S before it
-    lo = max(g[0][0] - INTERVAL_S for g in got) + 1.0
-    hi = min(g[-1][0] for g in got)
+    lo, hi = common_window(got)
+    return [mean_rate(g, lo, hi) for g in got]
+
+
+def common_window(flows: list[list[tuple[float, float]]], ramp_s: float = 1.0
+                  ) -> tuple[float, float]:
+    """The interval (monotonic seconds) where every flow ran, past ``ramp_s`` of TCP
+    ramp-up after the last one began; each flow is its (at, Mbit/s) samples, a sample
+    covering the :data:`INTERVAL_S` before its ``at``. Pure."""
+    from elastore.errors import ElastoreError
+
+    if not flows or any(not g for g in flows):
+        raise ElastoreError(f"a flow returned no throughput samples: {flows}")
+    lo = max(g[0][0] - INTERVAL_S for g in flows) + ramp_s
+    hi = min(g[-1][0] for g in flows)
     if hi - lo < MIN_OVERLAP_S:
         raise ElastoreError(f"the {len(flows)} flows ran together for {max(0.0, hi - lo):.2f} "
                             f"s past their ramp-up, less than {MIN_OVERLAP_S} s: the machine "
                             "is too loaded to start them together")
-    return [mean_rate(g, lo, hi) for g in got]
+    return lo, hi
 
 
 def main() -> None:
