@@ -106,8 +106,9 @@ def measurements() -> list[Measurement]:
     return [
         Measurement("calibration", (str(VENV / "pytest"), "-p", "no:xdist", "-m", "measure",
                                     "tests/test_calibration_lab_k8s.py", "-s"),
-                    "experiments/calibration/results.json", 21,
-                    "the learned SLO border against a profile sweep of the same lab (issue 18)"),
+                    "experiments/calibration/results.json", 31,
+                    "the learned SLO border against sweeps of the same lab before and after "
+                    "the day (issues 18, 40)"),
         Measurement("repeatability", (py, "experiments/profiles/repeatability.py"),
                     "experiments/profiles/results.json", 10,
                     "how far one load point's p95 moves over minutes on this lab"),
