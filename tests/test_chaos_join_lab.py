@@ -627,11 +627,14 @@ def test_chaos_a_joining_node_killed_during_bootstrap(cluster: Path) -> None:
     log3 = (Path(new.root) / "logs" / "system.log").read_text()
     assert log3.count("Detected previous bootstrap failure; retrying") == 2
     for x in _state(d).nodes:
-        if x.n in (1, 2):  # each survivor dropped it once, saying why
+        if x.n in (1, 2):  # each survivor dropped it, saying why: once per death at most
+            # (a survivor drops it after 30 s of silence; on a loaded machine the kubelet's
+            # restart after the first kill came later than that on one survivor, which then
+            # dropped it twice: a fresh-clone run)
             text = (Path(x.root) / "logs" / "system.log").read_text()
             drops = re.findall(rf"FatClient /{re.escape(new.spec.ip)}(?::7000)? has been "
                                r"silent for \d+ms", text)
-            assert len(drops) == 1, (x.n, drops)
+            assert 1 <= len(drops) <= len(ch.kills), (x.n, drops)
     # the ring now: three nodes, one token set each, the old nodes' unchanged, all Up/Normal
     after = _tokens(d, 1)
     assert set(after) == {*old_ips, new.spec.ip}, after

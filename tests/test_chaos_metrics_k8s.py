@@ -379,13 +379,26 @@ def test_chaos_prometheus_outage_of_ten_minutes(
         leaving = rec.first("cass-6 decommissioning", lambda s: s.phase == "Decommissioning"
                             and 6 in calls(standin, ns, "decommission"), 0, 240)
         assert leaving.op is not None and leaving.op[3] == "cass-6", leaving
-        assert leaving.desired is not None and leaving.desired <= 5, leaving
         in_flight = leaving.op
-        plan = (_get(cp, _policy_path(ns)) or {})["status"]["memory"]["actions"]
-        to5 = min((float(a["atEpoch"]) for a in plan if int(a["replicas"]) <= 5),
-                  default=math.inf)
+        seen: list[Any] = []
+
+        def due_to5() -> float | None:
+            # the plan on record, while cass-6 is held leaving: the 7 -> 6 may start while
+            # the forecast's young quantiles still want 6 (a fresh-clone run: desired 6 at
+            # the start); the 6 -> 5 follows as they narrow, in a period or two
+            plan = ((_get(cp, _policy_path(ns)) or {}).get("status") or {}).get(
+                "memory", {}).get("actions") or []
+            seen[:] = [plan]
+            to5 = min((float(a["atEpoch"]) for a in plan if int(a["replicas"]) <= 5),
+                      default=math.inf)
+            return to5 if to5 < time.time() + OUTAGE_S - 60 else None
+
         # the hazard is real: the plan on record scales in again within the outage
-        assert to5 < time.time() + OUTAGE_S, f"no 6 -> 5 due in the outage: {plan}"
+        try:
+            to5 = float(wait_until("a plan with 6 -> 5 due within the outage", due_to5, 120))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: no 6 -> 5 due in the outage: {seen} (desired "
+                                 f"{leaving.desired} when cass-6 began leaving)") from exc
 
         t_kill = time.time()
         prom.kill()
