@@ -508,7 +508,7 @@ def test_chaos_a_status_in_the_previous_releases_format(
             cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
         begun = {ns: dict(wait_until(f"the decommission of cass-5 in {ns}", lambda ns=ns:
                                      decommissioning(cp, ns, dirs[ns] / "calls.log"),
-                                     150)["operation"]) for ns in nss}
+                                     300)["operation"]) for ns in nss}
     finally:
         rc = first.stop()
     assert rc == 0, first.tail()  # a graceful stop, as a rollout's
@@ -532,7 +532,7 @@ def test_chaos_a_status_in_the_previous_releases_format(
         for ns in nss:
             st = wait_until(f"the current operator to take up the step in {ns}",
                             lambda ns=ns: status_when(cp, ns, lambda s: (
-                                s.get("operation") or {}).get("id")), 90)
+                                s.get("operation") or {}).get("id")), 240)
             now_op, was = st["operation"], begun[ns]
             assert now_op["phase"] == "Decommissioning", now_op
             for k in ("kind", "fromReplicas", "toReplicas", "pod", "pvc", "startedEpoch",
@@ -545,7 +545,7 @@ def test_chaos_a_status_in_the_previous_releases_format(
         for ns in nss:
             st = wait_until(f"a decision by the current operator in {ns}", lambda ns=ns:
                             status_when(cp, ns, lambda s: (s.get("lastDecision") or {}).get(
-                                "ok") and float(s["lastDecision"]["epoch"]) > t_upgrade), 90)
+                                "ok") and float(s["lastDecision"]["epoch"]) > t_upgrade), 240)
             desired = st["memory"]["desired"]
             assert any(n == REMEMBERED and abs(t - (t_upgrade - REMEMBERED_AGO_S)) < 0.01
                        for t, n in desired), (ns, desired)
@@ -560,7 +560,7 @@ def test_chaos_a_status_in_the_previous_releases_format(
         for ns in nss:
             wait_until(f"the step to complete in {ns}", lambda ns=ns: not policy_status(
                 cp, ns).get("operation") and replicas_of(cp, ns) == 5 and "cass-5" not in (
-                    pods(cp, ns) or {"cass-5"}), 120)
+                    pods(cp, ns) or {"cass-5"}), 300)
         t_done = time.time()
         print(f"chaos earlier-format status: current operator started -> both steps taken "
               f"up and decided on {t_taken - t_started:.1f} s; decommissions finished -> "

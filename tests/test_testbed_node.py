@@ -55,6 +55,9 @@ def test_prometheus_scrapes_what_the_discovery_file_lists() -> None:
     assert jobs["kubernetes-pods"]["file_sd_configs"][0]["files"] == ["/d/targets.json"]
     assert jobs["kubernetes-pods"]["honor_labels"] is True
     assert jobs["loadgen"]["static_configs"][0]["targets"] == ["10.245.0.1:9600"]
+    # a JMX exporter's scrape takes up to 1.5 s on a quiet 2-core machine: not a 2-s timeout
+    glob = doc["global"]
+    assert glob["scrape_interval"] == glob["scrape_timeout"] == "5s", glob
 
 
 def _pod(name: str, ip: str, ann: dict[str, str], phase: str = "Running") -> dict[str, Any]:
