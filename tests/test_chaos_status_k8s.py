@@ -552,7 +552,13 @@ def test_chaos_a_status_in_the_previous_releases_format(
             assert (st.get("operation") or {}).get("phase") == "Decommissioning", st
         t_taken = time.time()
         ids = {ns: policy_status(cp, ns)["operation"]["id"] for ns in nss}
-        # the store finishes the decommissions
+        # the store finishes the decommissions. The step is the test's: no scale-out after
+        # it (max 5). A young history's upper scenarios could want 6 the moment 5 is
+        # reached, and that step deletes the PVC whose left-ring mark is checked below
+        # (RetainedVolumeDeleted; CI, and a fresh-clone run, 2026-12-03)
+        for ns in nss:
+            cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns, "--type=merge", "-p",
+                       json.dumps({"spec": {"replicas": {"max": 5}}}))
         t_released = time.time()
         for ns in nss:
             kept.append(KeptDecommissioned(dirs[ns], 5))
