@@ -103,12 +103,13 @@ def metrics(cp: ControlPlane) -> Iterator[CassandraMetrics]:
     m.close()
 
 
-def enforce_policy(ns: str, url: str) -> str:
+def enforce_policy(ns: str, url: str, max_replicas: int = 8) -> str:
     """test_operator_k8s's Enforce policy: a 10-s period, persistence, no stabilization,
-    3..8 replicas, the nodetool stand-in; spec.fallback as defaulted (freeze after 3 failed
-    observations)."""
+    3..``max_replicas`` (8) replicas, the nodetool stand-in; spec.fallback as defaulted
+    (freeze after 3 failed observations)."""
     return policy(POLICY, ns, STS, nodetool=[sys.executable, str(NODETOOL_STANDIN)],
-                  mode="Enforce", controlPeriod=f"{PERIOD_S:.0f}s", replicas={"min": 3, "max": 8},
+                  mode="Enforce", controlPeriod=f"{PERIOD_S:.0f}s",
+                  replicas={"min": 3, "max": max_replicas},
                   prediction={"method": "persistence", "horizon": "10s", "step": "2s"},
                   migration={"nodeOverheadSeconds": 5}, scaleDown={"stabilizationSeconds": 0},
                   metrics={"prometheus": {"url": url, "rateWindow": f"{RATE_WINDOW_S:.0f}s"}},
@@ -332,6 +333,11 @@ def test_chaos_prometheus_restart_during_a_step(
             s.decided_ok), t_up, 180)
         nxt = rec.first("the next step", lambda s: s.op is not None, t_up, 180)
         assert nxt.op is not None and nxt.op[:3] == ("ScaleOut", 4, 5), nxt
+        # no further than 5: a young history's upper scenarios took a fresh-clone run's plan
+        # on to 8 and then wanted 7, a scale-in this namespace refuses (its volumes have no
+        # size: no free-space check), so it never settled (2026-12-03). The resumed steps
+        # are this test's subject, not how far a wide prior reaches
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url, max_replicas=5))
         settled = rec.first("the size the plan wants, no step", settled_up, nxt.t, 300)
         assert settled.degraded[0] == "False", settled
         steps = settled.replicas - 3
@@ -375,7 +381,10 @@ def test_chaos_prometheus_outage_of_ten_minutes(
     rec = Recorder(cp, ns)
     try:
         gen0 = int((_get(cp, _sts_path(ns)) or {})["metadata"]["generation"])
-        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
+        # at most 7: a young history's upper scenarios (1.8 x the load) took a fresh-clone
+        # run's first plan to 7 -> 8 instead of down (2026-12-03); the scale-in under the
+        # outage is this test's subject
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url, max_replicas=7))
         leaving = rec.first("cass-6 decommissioning", lambda s: s.phase == "Decommissioning"
                             and 6 in calls(standin, ns, "decommission"), 0, 240)
         assert leaving.op is not None and leaving.op[3] == "cass-6", leaving
