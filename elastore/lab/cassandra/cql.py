@@ -33,6 +33,39 @@ def digest(rows: list[tuple[int, bytes]]) -> str:
 
 
 ROUTINGS = ("token-aware", "round-robin")
+#: a schema change's own timeout (the driver's default is 10 s; on a loaded machine a
+#: 3-node schema agreement has taken longer, and the connection was declared defunct by
+#: its heartbeat mid-statement: a CI run's load generator died on CREATE TABLE)
+SCHEMA_TIMEOUT_S = 60.0
+SCHEMA_ATTEMPTS = 3
+
+
+def schema_change(s: Any, stmt: str, *, timeout_s: float = SCHEMA_TIMEOUT_S,
+                  attempts: int = SCHEMA_ATTEMPTS) -> None:
+    """Run an idempotent schema statement (``IF NOT EXISTS``, or an ``ALTER`` to a fixed
+    value), retrying it on a timeout or a lost connection: such a statement may have been
+    applied before its answer was lost, and running it again is harmless. The last
+    failure is raised, with how many tries it was."""
+    import logging
+    import time
+
+    from cassandra import OperationTimedOut
+    from cassandra.cluster import NoHostAvailable
+
+    for attempt in range(1, attempts + 1):
+        try:
+            s.execute(stmt, timeout=timeout_s)
+            return
+        except (OperationTimedOut, NoHostAvailable) as exc:
+            if attempt == attempts:
+                from elastore.errors import ElastoreError
+
+                raise ElastoreError(f"schema change {stmt[:60]!r}: failed {attempts} times "
+                                    f"({timeout_s:.0f} s each), last: {exc}") from exc
+            logging.getLogger("elastore.load").warning(
+                "schema change %r: try %d of %d failed (%s); trying again",
+                stmt[:60], attempt, attempts, exc)
+            time.sleep(2.0 * attempt)
 
 
 def cluster_for(hosts: list[str], routing: str = "token-aware") -> Any:
@@ -81,9 +114,10 @@ def main() -> None:
         if cmd == "write":
             ks, rows, size, seed, rf = sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), \
                 int(sys.argv[6]), int(sys.argv[7])
-            s.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
-                      f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
-            s.execute(f"CREATE TABLE IF NOT EXISTS {ks}.kv (k bigint PRIMARY KEY, v blob)")
+            schema_change(s, f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
+                          f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+            schema_change(s, f"CREATE TABLE IF NOT EXISTS {ks}.kv (k bigint PRIMARY KEY, "
+                          "v blob)")
             ins = s.prepare(f"INSERT INTO {ks}.kv (k, v) VALUES (?, ?)")
             ins.consistency_level = ConsistencyLevel.ALL
             from cassandra.concurrent import execute_concurrent_with_args
@@ -107,8 +141,8 @@ def main() -> None:
         elif cmd == "alter-system-rf":
             rf = int(sys.argv[3])
             for ks in ("system_distributed", "system_traces", "system_auth"):
-                s.execute(f"ALTER KEYSPACE {ks} WITH replication = "
-                          f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+                schema_change(s, f"ALTER KEYSPACE {ks} WITH replication = "
+                              f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
             out = {"system_rf": rf}
         else:
             raise SystemExit(f"unknown command {cmd!r}")

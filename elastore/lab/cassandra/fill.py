@@ -54,7 +54,7 @@ def main() -> None:
     from cassandra import ConsistencyLevel
     from cassandra.concurrent import execute_concurrent_with_args
 
-    from elastore.lab.cassandra.cql import session, value_for
+    from elastore.lab.cassandra.cql import schema_change, session, value_for
 
     hosts, ks = sys.argv[1].split(","), sys.argv[2]
     rf, size, seed, first = (int(x) for x in sys.argv[3:7])
@@ -65,7 +65,7 @@ def main() -> None:
     cluster, s = session(hosts)
     try:
         for stmt in schema(ks, rf):
-            s.execute(stmt, timeout=60)
+            schema_change(s, stmt)
         ins = s.prepare(f"INSERT INTO {ks}.kv (k, v) VALUES (?, ?)")
         _say({"ready": True})
         t0 = time.monotonic()

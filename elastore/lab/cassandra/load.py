@@ -59,7 +59,7 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
     see :func:`elastore.lab.cassandra.cql.cluster_for`."""
     from cassandra import ConsistencyLevel
 
-    from elastore.lab.cassandra.cql import cluster_for
+    from elastore.lab.cassandra.cql import cluster_for, schema_change
 
     if concurrency < 1:
         raise ElastoreError("concurrency must be >= 1")
@@ -67,10 +67,10 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
     cluster = cluster_for(hosts, routing)
     session = cluster.connect()
     try:
-        session.execute(f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-                        f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
-        session.execute(f"CREATE TABLE IF NOT EXISTS {keyspace}.pages (k bigint PRIMARY KEY, "
-                        "v blob)")
+        schema_change(session, f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+                      f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+        schema_change(session, f"CREATE TABLE IF NOT EXISTS {keyspace}.pages "
+                      "(k bigint PRIMARY KEY, v blob)")
         read = session.prepare(f"SELECT v FROM {keyspace}.pages WHERE k = ?")
         write = session.prepare(f"INSERT INTO {keyspace}.pages (k, v) VALUES (?, ?)")
         read.consistency_level = write.consistency_level = ConsistencyLevel.ONE

@@ -635,11 +635,13 @@ def _await_pools(cluster: Any, session: Any, hosts: list[str], timeout_s: float 
 def _main_preload(session: Any, wl: Workload, ks: str, rf: int, seed: int) -> dict[str, Any]:
     from cassandra import ConsistencyLevel
 
+    from elastore.lab.cassandra.cql import schema_change
     from elastore.lab.cassandra.load import _preload
 
-    session.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
-                    f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
-    session.execute(f"CREATE TABLE IF NOT EXISTS {ks}.{TABLE} (k text PRIMARY KEY, v blob)")
+    schema_change(session, f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = "
+                  f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
+    schema_change(session, f"CREATE TABLE IF NOT EXISTS {ks}.{TABLE} "
+                  "(k text PRIMARY KEY, v blob)")
     write = session.prepare(f"INSERT INTO {ks}.{TABLE} (k, v) VALUES (?, ?)")
     write.consistency_level = ConsistencyLevel.ALL
     rows = [(k, value_of(seed, i)) for i, k in enumerate(wl.keys)]
