@@ -193,6 +193,31 @@ class Run:
         return f"status: {json.dumps(keep, indent=1)[:4000]}\noperator logs: {logs}"
 
 
+def _load_log(run: Run, chars: int = 1500) -> str:
+    with contextlib.suppress(OSError):
+        return (run.root / "load.log").read_text(errors="replace")[-chars:]
+    return "(no load.log)"
+
+
+def _replay_started(run: Run, timeout_s: float = 300) -> None:
+    """Wait for the load generator to begin its replay (it says so once its schema and
+    preload are done); a generator that exited instead fails the run at once, with its
+    log: a CI run's died on a timed-out CREATE TABLE, and every later stage then waited
+    for a daily rise that never came."""
+    assert run.load is not None
+
+    def begun() -> bool:
+        if run.load is not None and run.load.poll() is not None:
+            pytest.fail(f"the load generator exited ({run.load.returncode}) before its "
+                        f"replay began:\n{_load_log(run)}")
+        return "replay starts at epoch" in _load_log(run, 100_000)
+
+    try:
+        wait_until("the load generator's replay to begin", begun, timeout_s, every_s=1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nload.log:\n{_load_log(run)}") from None
+
+
 def _story(run: Run, since_s: float) -> str:
     """What the run did since ``since_s``, for a wait that timed out: the decisions (ok or
     their reasons, counted), the desired replicas and operation phases seen, the store
@@ -208,8 +233,15 @@ def _story(run: Run, since_s: float) -> str:
     phases = Counter(f"{(s.get('operation') or {}).get('kind')}/"
                      f"{(s.get('operation') or {}).get('phase')}" for s in rows
                      if s.get("operation"))
+    observed = [round(float((s.get("observed") or {}).get("requestsPerSecond") or -1))
+                for s in rows[::max(1, len(rows) // 30)]]
     out = [f"{len(rows)} status samples since then; decisions: {dict(why)}",
-           f"desiredReplicas as it changed: {changes[:40]}", f"operations seen: {dict(phases)}"]
+           f"desiredReplicas as it changed: {changes[:40]}", f"operations seen: {dict(phases)}",
+           f"observed req/s, ~30 samples spread over the span (-1: none): {observed}"]
+    if run.load is not None:
+        out.append(f"load generator: {'running' if run.load.poll() is None else 'exited '}"
+                   f"{'' if run.load.poll() is None else run.load.returncode}; its log's "
+                   f"tail: {_load_log(run, 600)}")
     with contextlib.suppress(Exception):
         import urllib.parse
         import urllib.request
@@ -388,6 +420,9 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
                           ",".join(r.pod_ips().values()), f"{NODE_ADDR}:{LOADGEN_PORT}"]),
             stdout=(root / "load.log").open("ab"), stderr=subprocess.STDOUT,
             start_new_session=True)
+        t0 = time.monotonic()
+        _replay_started(r)
+        times["load generator to its replay"] = time.monotonic() - t0
         threading.Thread(target=_sampler, args=(r,), daemon=True).start()
         print("times: " + ", ".join(f"{k} {v:.1f} s" for k, v in times.items()))
         yield r
@@ -535,6 +570,9 @@ def test_real_node_enforce_scales_out_at_the_planned_time(run: Run) -> None:
     def settled() -> bool:
         with contextlib.suppress(OSError, ValueError, KeyError):
             seen.append(_read_ratio(run))
+        if run.load is not None and run.load.poll() is not None:
+            pytest.fail(f"the load generator exited ({run.load.returncode}):\n"
+                        f"{_load_log(run)}")
         return bool(seen) and seen[-1] is not None and float(seen[-1] or 0) >= 0.93
 
     try:
