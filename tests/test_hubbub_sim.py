@@ -87,16 +87,31 @@ def test_the_results_file_names_the_lines_and_says_it_is_simulated(
         sim: ModuleType, tmp_path: Path) -> None:
     prof = tmp_path / "profile.json"
     prof.write_text(json.dumps(PROFILE))
+    # the lab-check's re-measurement is the line; the profile's own figure is beside it
+    check = tmp_path / "interference-results.json"
+    check.write_text(json.dumps({"commit": "abcdef0123", "date": "2026-12-03T19:00:00",
+                                 "figures": {"index_slowdown_spearman": 0.8125,
+                                             "point_seconds": 40.0}}))
     assert sim.main(["--profile", str(prof), "--phase-minutes", "2", "--seeds", "1",
-                     "--out", str(tmp_path)]) == 0
+                     "--lab-check", str(check), "--out", str(tmp_path)]) == 0
     text = (tmp_path / "RESULTS.md").read_text()
     lines = dict(line.split(": ", 1) for line in text.splitlines()
                  if line.startswith(("hubbub_", "index_slowdown")))
     assert set(lines) == {"hubbub_violation_ratio", "hubbub_vm_ratio",
                           "index_slowdown_spearman"}
-    assert float(lines["hubbub_vm_ratio"]) > 1.0 and lines["index_slowdown_spearman"].startswith(
-        "0.500 (measured on the lab")
+    assert float(lines["hubbub_vm_ratio"]) > 1.0
+    assert lines["index_slowdown_spearman"].startswith(
+        "0.812 (measured on the lab by `make lab-check`, 40-s points, commit abcdef0"), \
+        lines["index_slowdown_spearman"]
+    assert "measured 0.500 on its own points" in lines["index_slowdown_spearman"]
     assert "Simulated, not run on the lab" in text and "not simulated" in text
+    # no lab-check result: the profile's figure, saying where the other was looked for
+    assert sim.main(["--profile", str(prof), "--phase-minutes", "2", "--seeds", "1",
+                     "--lab-check", str(tmp_path / "absent.json"),
+                     "--out", str(tmp_path)]) == 0
+    line = next(x for x in (tmp_path / "RESULTS.md").read_text().splitlines()
+                if x.startswith("index_slowdown_spearman: "))
+    assert line.startswith("index_slowdown_spearman: 0.500 (the profile's own points; no "), line
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert sim.main(["--profile", str(bad), "--out", str(tmp_path)]) == 2

@@ -58,6 +58,21 @@ from elastore.models.bundle import ModelSet
 from elastore.sim.cli import LAB_MODEL
 
 HERE = Path(__file__).resolve().parent
+#: ``make lab-check``'s measurement of the index's rank correlation with the slowdown
+LAB_CHECK = HERE.parent / "interference" / "results.json"
+
+
+def _lab_check_spearman(path: Path) -> dict[str, Any] | None:
+    """The lab-check's ``index_slowdown_spearman`` with its point length, commit and date,
+    or None when that measurement has not written its results (it is quoted, not needed)."""
+    try:
+        doc = json.loads(path.read_text())
+        return {"value": float(doc["figures"]["index_slowdown_spearman"]),
+                "point_seconds": float(doc["figures"]["point_seconds"]),
+                "commit": str(doc.get("commit", "?"))[:7],
+                "date": str(doc.get("date", "?"))[:10]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 PROFILE = HERE.parent / "profiles" / "lab-interference-noquota.json"
 READ_RATIO = 0.95
 WINDOW_S = 5.0
@@ -185,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
                     "one pass of the schedule first")
     ap.add_argument("--seeds", type=int, default=5, help="noise seeds (results: the sums)")
     ap.add_argument("--profile", type=Path, default=PROFILE)
+    ap.add_argument("--lab-check", type=Path, default=LAB_CHECK,
+                    help="the interference measurement's results.json (make lab-check)")
     ap.add_argument("--out", type=Path, default=HERE)
     args = ap.parse_args(argv)
     try:
@@ -222,7 +239,14 @@ def main(argv: list[str] | None = None) -> int:
     bound = [dict(r, controller=r["controller"].replace("physics", "hubbub"))
              for r in results if r["controller"] in ("blind-workload", "physics-workload")]
     b_viol, b_vm = ratios(bound, "workload")
+
+    def shown(v: Any) -> Any:
+        if isinstance(v, Path) and v.resolve().is_relative_to(HERE.parent.parent):
+            return v.resolve().relative_to(HERE.parent.parent)
+        return v
+
     rho = float(profile.get("index_slowdown_spearman", math.nan))
+    measured = _lab_check_spearman(args.lab_check)
     lines = [
         "# Hubbub-scale's four phases, simulated on the lab's measured interference", "",
         "Simulated, not run on the lab: `experiments/hubbub/simulate.py` (this file's "
@@ -234,7 +258,13 @@ def main(argv: list[str] | None = None) -> int:
                                          ", from the index's definition") + ".", "",
         f"hubbub_violation_ratio: {viol:.2f}",
         f"hubbub_vm_ratio: {vm:.2f}",
-        f"index_slowdown_spearman: {rho:.3f} (measured on the lab, 20-s points)", "",
+        (f"index_slowdown_spearman: {measured['value']:.3f} (measured on the lab by "
+         f"`make lab-check`, {measured['point_seconds']:.0f}-s points, commit "
+         f"{measured['commit']}, {measured['date']}: `{shown(args.lab_check)}`; the profile "
+         f"the physics above comes from measured {rho:.3f} on its own points)"
+         if measured else
+         f"index_slowdown_spearman: {rho:.3f} (the profile's own points; no `make "
+         f"lab-check` result at `{shown(args.lab_check)}`)"), "",
         "The bound: `physics-workload` sizes on the simulated store's true capacity at "
         "each period's slowdown (reactive, the same headroom), so its server-hours are "
         "the least that holds the SLO here: against the blind controller, violation ratio "
@@ -252,11 +282,6 @@ def main(argv: list[str] | None = None) -> int:
         for ph, v in sorted(r["phases"].items()):
             lines.append(f"| {r['controller']} | {ph} | {v['windows']} | "
                          f"{v['violations']} | {v['server_hours']:.3f} |")
-    def shown(v: Any) -> Any:
-        if isinstance(v, Path) and v.resolve().is_relative_to(HERE.parent.parent):
-            return v.resolve().relative_to(HERE.parent.parent)
-        return v
-
     lines += ["", "Settings: " + " ".join(f"--{k.replace('_', '-')} {shown(v)}" for k, v in
                                           sorted(vars(args).items()) if k != "out"), ""]
     args.out.mkdir(parents=True, exist_ok=True)
