@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 
 from elastore.errors import ElastoreError
-from elastore.lab.cassandra.interference import BASELINE, plan, spearman, summarize
+from elastore.lab.cassandra.interference import (
+    BASELINE,
+    NodeProbe,
+    cpu_per_request,
+    plan,
+    spearman,
+    summarize,
+)
 
 
 def test_plan_brackets_every_kind_with_baselines_at_each_load() -> None:
@@ -82,6 +89,38 @@ def test_summary_measures_slowdown_against_the_same_loads_baselines() -> None:
     assert slow50[2] == pytest.approx(9 / 5) and slow50[5] == pytest.approx(12 / 10)
     # index 0.5, 0.6, 0.7 against 1.2, 1.2, 1.8 (a tie): 0.866
     assert s["index_slowdown_spearman_p50"] == pytest.approx(0.8660254)
+
+
+
+def test_cpu_per_request_counts_every_window_and_never_reads_unknown_as_zero() -> None:
+    # 3 windows of 5 s at 100, 200, 300 req/s: 3000 requests; 6 CPU-s over 20 s of probing
+    ws = [{"achieved_rps": "100"}, {"achieved_rps": "200"}, {"achieved_rps": "300"}]
+    cores, per = cpu_per_request(6.0, 20.0, ws, 5.0)
+    assert cores == pytest.approx(0.3) and per == pytest.approx(2.0)
+    assert all(math.isnan(v) for v in cpu_per_request(math.nan, 20.0, ws, 5.0))
+    assert all(math.isnan(v) for v in cpu_per_request(6.0, 20.0, [{"achieved_rps": ""}], 5.0))
+    assert math.isnan(cpu_per_request(6.0, 20.0, [{"achieved_rps": "0"}], 5.0)[1])
+    snap = (0.0, [], None, 10.0)
+    assert NodeProbe.cpu_seconds(snap, (1.0, [], None, 12.5)) == pytest.approx(2.5)
+    assert math.isnan(NodeProbe.cpu_seconds(snap, (1.0, [], None, None)))
+    assert math.isnan(NodeProbe.cpu_seconds(snap, (1.0, [], None, 9.0)))  # went backwards
+
+
+def test_summary_gives_each_kinds_cpu_per_request_against_the_store_alone() -> None:
+    rows = [_row(0, 300, BASELINE, 0, 0.2, 10), _row(1, 300, "stream", 1, 0.5, 20),
+            _row(2, 300, "stream", 2, 0.7, 40), _row(3, 300, BASELINE, 0, 0.25, 14)]
+    for r, cpu in zip(rows, ("2.0", "2.6", "3.3", "2.2"), strict=True):
+        r["point_cpu_ms_per_request"] = cpu
+    s = summarize(rows)
+    assert s["baseline_cpu_ms_per_request"] == {"300.0": 2.1}
+    assert s["kinds"]["stream"]["cpu_ratio"] == [pytest.approx(2.6 / 2.1, abs=1e-3),
+                                                 pytest.approx(3.3 / 2.1, abs=1e-3)]
+    # an older sweep without the column: unknown, not zero
+    for r in rows:
+        del r["point_cpu_ms_per_request"]
+    s = summarize(rows)
+    assert s["baseline_cpu_ms_per_request"] == {"300.0": None}
+    assert s["kinds"]["stream"]["cpu_ratio"] == [None, None]
 
 
 STANDIN = """

@@ -50,7 +50,8 @@ BASELINE = "none"
 COLUMNS = ["read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms",
            "point", "window", "nodes", "cluster_rps", "read_ratio", "achieved_rps", "errors",
            "kind", "level", "cpu_full", "cpu_some", "throttled", "io_full", "memory_full",
-           "steal", "terms", "point_p95_ms", "p50_ms", "point_p50_ms"]
+           "steal", "terms", "point_p95_ms", "p50_ms", "point_p50_ms", "point_cpu_cores",
+           "point_cpu_ms_per_request"]
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ class PointResult:
     p95_ms: float
     slowdown: float
     slowdown_p50: float = math.nan
+    cpu_ms_per_request: float = math.nan  # the nodes' CPU per request served
+    cpu_ratio: float = math.nan  # that over its load's median baseline
 
 
 def summarize(rows: list[dict[str, str]]) -> dict[str, Any]:
@@ -122,31 +125,41 @@ def summarize(rows: list[dict[str, str]]) -> dict[str, Any]:
     for k, rs in sorted(by_point.items()):
         r0 = rs[0]
         p50 = r0.get("point_p50_ms") or "nan"
+        cpu = r0.get("point_cpu_ms_per_request") or "nan"  # absent from older sweeps
         pts.append((k, float(r0["cluster_rps"]), r0["kind"], int(r0["level"]),
                     float(r0["interference"]) if r0["interference"] else math.nan,
-                    float(r0["point_p95_ms"]), float(p50)))
+                    float(r0["point_p95_ms"]), float(p50), float(cpu)))
     base: dict[float, float] = {}
     base50: dict[float, float] = {}
+    base_cpu: dict[float, float] = {}
     for load in {p[1] for p in pts}:
-        base[load] = _median([p[5] for p in pts if p[1] == load and p[2] == BASELINE])
-        base50[load] = _median([p[6] for p in pts if p[1] == load and p[2] == BASELINE])
+        alone = [p for p in pts if p[1] == load and p[2] == BASELINE]
+        base[load] = _median([p[5] for p in alone])
+        base50[load] = _median([p[6] for p in alone])
+        base_cpu[load] = _median([p[7] for p in alone if math.isfinite(p[7])])
 
     def ratio(a: float, b: float) -> float:
         return a / b if b > 0 else math.nan
 
     res = [PointResult(k, load, kind, lv, idx, p95, ratio(p95, base[load]),
-                       ratio(p50, base50[load]))
-           for k, load, kind, lv, idx, p95, p50 in pts]
+                       ratio(p50, base50[load]), cpu, ratio(cpu, base_cpu[load]))
+           for k, load, kind, lv, idx, p95, p50, cpu in pts]
     loaded = [p for p in res if p.kind != BASELINE]
     kinds: dict[str, dict[str, Any]] = {}
     for p in loaded:
-        d = kinds.setdefault(p.kind, {"levels": [], "index": [], "slowdown": []})
+        d = kinds.setdefault(p.kind, {"levels": [], "index": [], "slowdown": [],
+                                      "cpu_ratio": []})
         d["levels"].append(p.level)
         d["index"].append(round(p.index, 3))
         d["slowdown"].append(round(p.slowdown, 2))
+        d["cpu_ratio"].append(round(p.cpu_ratio, 3) if math.isfinite(p.cpu_ratio) else None)
     return {
         "points": [p.__dict__ for p in res],
         "baseline_p95_ms": {str(k): round(v, 1) for k, v in sorted(base.items())},
+        # the store's CPU per request alone (ms), per load: what the CPU-based sizing of
+        # experiments/hubbub/simulate.py scales by each kind's cpu_ratio
+        "baseline_cpu_ms_per_request": {str(k): round(v, 4) if math.isfinite(v) else None
+                                        for k, v in sorted(base_cpu.items())},
         "baseline_index": round(_median([p.index for p in res if p.kind == BASELINE]), 3),
         "index_slowdown_spearman": spearman([p.index for p in loaded],
                                             [p.slowdown for p in loaded]),
@@ -172,15 +185,31 @@ class NodeProbe:
         self.dirs = [(v2 / g, v1 / g if v1 else None) for g in groups]
         self.proc_root = proc_root
 
-    def snapshot(self) -> tuple[float, list[Any], Any]:
-        from elastore.hubbub.probe import parse_proc_stat, read_group
+    def snapshot(self) -> tuple[float, list[Any], Any, float | None]:
+        """(monotonic s, each node's counters, ``/proc/stat``, the nodes' summed CPU use in
+        seconds from their v2 ``cpu.stat`` ``usage_usec``, None when unreadable)."""
+        from elastore.hubbub.probe import parse_proc_stat, read_cpu_stat, read_group
 
         stat = (self.proc_root / "stat").read_text()
+        usage = [read_cpu_stat(a / "cpu.stat") for a, _ in self.dirs]
+        used = (sum(u.usage_us for u in usage if u is not None and u.usage_us is not None)
+                / 1e6 if all(u is not None and u.usage_us is not None for u in usage)
+                else None)
         return (time.monotonic(), [read_group(a, b) for a, b in self.dirs],
-                parse_proc_stat(stat))
+                parse_proc_stat(stat), used)
 
     @staticmethod
-    def between(a: tuple[float, list[Any], Any], b: tuple[float, list[Any], Any]
+    def cpu_seconds(a: tuple[float, list[Any], Any, float | None],
+                    b: tuple[float, list[Any], Any, float | None]) -> float:
+        """The nodes' CPU seconds between two snapshots; NaN when either could not read
+        it or the counter went backwards (never 0 for unknown)."""
+        if a[3] is None or b[3] is None or b[3] < a[3]:
+            return math.nan
+        return b[3] - a[3]
+
+    @staticmethod
+    def between(a: tuple[float, list[Any], Any, float | None],
+                b: tuple[float, list[Any], Any, float | None]
                 ) -> tuple[float, dict[str, float], tuple[str, ...]]:
         """The mean pod-scope index of the nodes, their mean components, the terms."""
         from elastore.hubbub.probe import combine, group_components, steal_fraction
@@ -203,6 +232,27 @@ class NodeProbe:
         keys = {k for c in comps for k in c}
         mean = {k: float(np.mean([c[k] for c in comps if k in c])) for k in keys}
         return float(np.mean(idx)), mean, terms
+
+
+def cpu_per_request(cpu_s: float, dt_s: float, windows: Sequence[dict[str, str]],
+                    window_s: float) -> tuple[float, float]:
+    """(the nodes' mean CPU use in cores, their CPU ms per request served) over a point's
+    probed interval: its CPU seconds over the requests its windows achieved (all windows,
+    the warm-up one too, as the probe brackets the whole run). It includes the store's
+    background work (compaction, gossip) while the generator starts, the same at every
+    point. NaN when the CPU use or the requests are unknown or none were served."""
+    served = 0.0
+    for w in windows:
+        try:
+            v = float(w["achieved_rps"])
+        except (KeyError, TypeError, ValueError):
+            return math.nan, math.nan
+        if not math.isfinite(v):
+            return math.nan, math.nan
+        served += v * window_s
+    cores = cpu_s / dt_s if dt_s > 0 and math.isfinite(cpu_s) else math.nan
+    per = 1000.0 * cpu_s / served if served > 0 and math.isfinite(cpu_s) else math.nan
+    return cores, per
 
 
 def done_points(out: Path) -> set[int]:
@@ -289,7 +339,10 @@ def run_interference_profile(points: list[IPoint], out: Path, *, point_s: float 
                         runner.stop()
                 index, comps, terms = NodeProbe.between(a, b)
                 with rows_csv.open() as fh:
-                    windows = list(csv.DictReader(fh))[1:]  # the first: warm-up
+                    every = list(csv.DictReader(fh))
+                cpu_cores, cpu_ms = cpu_per_request(NodeProbe.cpu_seconds(a, b),
+                                                    b[0] - a[0], every, window_s)
+                windows = every[1:]  # the first: warm-up
                 windows = [w for w in windows if w["p95_ms"] not in ("", "nan")
                            and float(w["achieved_rps"]) > 0]
                 p95 = _median([float(w["p95_ms"]) for w in windows])
@@ -309,11 +362,14 @@ def run_interference_profile(points: list[IPoint], out: Path, *, point_s: float 
                         "steal")},
                     "terms": "+".join(terms), "point_p95_ms": round(p95, 2),
                     "p50_ms": w.get("p50_ms", ""), "point_p50_ms": round(p50, 2),
+                    "point_cpu_cores": round(cpu_cores, 4),
+                    "point_cpu_ms_per_request": round(cpu_ms, 4),
                 } for w in windows])
                 echo(f"[{k + 1}/{len(todo)}] {p.cluster_rps:g} req/s, {p.kind}"
                      f"{'' if p.kind == BASELINE else f' x{p.level}'}: index {index:.3f} "
                      f"(cpu_full {comps.get('cpu_full', math.nan):.3f}, throttled "
-                     f"{comps.get('throttled', math.nan):.3f}), p95 {p95:.1f} ms")
+                     f"{comps.get('throttled', math.nan):.3f}), p95 {p95:.1f} ms, store "
+                     f"CPU {cpu_ms:.3f} ms/request")
     with out.open() as fh:
         summary = summarize(list(csv.DictReader(fh)))
     out.with_suffix(".json").write_text(json.dumps(summary, indent=2) + "\n")
