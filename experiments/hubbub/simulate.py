@@ -26,9 +26,20 @@ phases on that physics:
     ``g = 1 / (1 - i)``, as a fresh policy does; ``--warm`` first runs the schedule once
     to train it (the reference's models were "well warmed up").
 
-The CPU-based pair is not simulated: it needs the store's CPU use per request under each
-co-runner kind, which the lab has not measured (``blind-cpu``/``hubbub-cpu`` stay the real
-lab's, ``run.py``).
+  - ``blind-cpu``: sizes on the store's CPU use, as a CPU-utilisation autoscaler does: the
+    cluster's CPU seconds per second over what one node spends at its interference-free
+    capacity. Under a co-runner the store spends more CPU per request (cache and memory
+    stalls count as CPU time), by the ratio the lab measured for that kind and level
+    (``experiments/interference/cpu/points.json``, ``--cpu-profile``), so a CPU-based
+    sizing sees part of the interference; it sizes on ``L x r(level)`` req/s of
+    interference-free work;
+  - ``hubbub-cpu``: the same CPU-keyed model with the interference effect the operator's
+    learner learns online from (CPU use per node in those units, index, p95): the
+    reference's CPU-based performance model with the index folded in.
+
+``run.py``'s real-lab ``hubbub-cpu`` scales the CPU use by the workload model's factor
+instead; here the effect is learned in the CPU's own units, so a kind whose CPU per
+request already rises is not counted twice.
 
 Writes ``RESULTS.md`` with ``hubbub_violation_ratio`` and ``hubbub_vm_ratio`` (the blind
 controller's violated windows over Hubbub-scale's in phases 2-4; Hubbub-scale's server-hours
@@ -74,6 +85,9 @@ def _lab_check_spearman(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
 PROFILE = HERE.parent / "profiles" / "lab-interference-noquota.json"
+#: the lab's store CPU per request under each co-runner (``interference/run.py --out
+#: experiments/interference/cpu``)
+CPU_PROFILE = HERE.parent / "interference" / "cpu" / "points.json"
 READ_RATIO = 0.95
 WINDOW_S = 5.0
 NOISE = 0.1  # the simulator's latency noise (lognormal sigma), elastore.sim.run.SimConfig
@@ -126,6 +140,30 @@ class LabPhysics:
         return float(np.interp(index, self.x, self.y, left=1.0))
 
 
+class CpuPhysics:
+    """The lab's measured CPU per request under one co-runner kind, relative to the store
+    alone: ``ratio(level)`` (1 at level 0; between measured levels, linear; above the
+    highest, the highest's)."""
+
+    def __init__(self, doc: dict[str, Any], kind: str) -> None:
+        d = (doc.get("kinds") or {}).get(kind) or {}
+        pairs = sorted((int(lv), float(r)) for lv, r in
+                       zip(d.get("levels") or [], d.get("cpu_ratio") or [], strict=False)
+                       if r is not None and math.isfinite(float(r)) and float(r) > 0)
+        if not pairs:
+            raise ElastoreError(f"the CPU profile has no CPU-per-request ratios for kind "
+                                f"{kind!r} (a sweep before the column, or no such kind)")
+        base = doc.get("baseline_cpu_ms_per_request") or {}
+        self.kind = kind
+        self.alone_ms = {str(k): v for k, v in base.items()}
+        lv = sorted({p[0] for p in pairs})
+        self.levels = [0, *lv]
+        self.ratios = [1.0, *(float(np.median([r for x, r in pairs if x == v])) for v in lv)]
+
+    def ratio(self, level: int) -> float:
+        return float(np.interp(level, self.levels, self.ratios))
+
+
 def true_capacity(ms: ModelSet, slowdown: float) -> float:
     """The load per node (req/s) at which the simulated store's p95 meets the SLO under
     ``slowdown`` (bisection on the model's interference-free curve)."""
@@ -144,9 +182,12 @@ def true_capacity(ms: ModelSet, slowdown: float) -> float:
 
 def run(name: str, steps: list[Any], ms: ModelSet, phys: LabPhysics, period_s: float,
         lo: int, hi: int, rng: np.random.Generator,
-        learner: InterferenceLearner | None = None, oracle: bool = False) -> dict[str, Any]:
+        learner: InterferenceLearner | None = None, oracle: bool = False,
+        cpu: CpuPhysics | None = None) -> dict[str, Any]:
     """One controller over the schedule; per phase, the 5-s windows, those over the SLO
-    and the server-hours (``run.py``'s summary), and per period what it saw and did."""
+    and the server-hours (``run.py``'s summary), and per period what it saw and did.
+    With ``cpu`` the controller sizes on the store's CPU use (in req/s of
+    interference-free work) instead of its load."""
     cap = ms.capacity
     slo = cap.slo_ms
     prior = InterferenceEffect.definition()
@@ -165,21 +206,24 @@ def run(name: str, steps: list[Any], ms: ModelSet, phys: LabPhysics, period_s: f
         ph["violations"] += int((seen > slo).sum())
         ph["server_hours"] += n * period_s / 3600
         measured = float(np.quantile(seen, 0.5))
+        # what the controller sizes on: the load, or the CPU the store spent on it
+        work = step.load_rps * (cpu.ratio(step.level) if cpu is not None else 1.0)
         if oracle:  # the physics itself: what holding the SLO costs at the least
             per_node = true_capacity(ms, s)
             factor = float(cap.capacity(READ_RATIO, 0.0, 0.0)) / max(per_node, 1e-9)
             want = max(1, math.ceil(step.load_rps / (per_node * (1 - HEADROOM)) - 1e-9))
         elif learner is None:
-            want = cap.servers_needed(step.load_rps, READ_RATIO, 0.0, HEADROOM)
+            want = cap.servers_needed(work, READ_RATIO, 0.0, HEADROOM)
             factor = 1.0
         else:
-            learner.observe([step.load_rps / n, READ_RATIO, 0.0, i], [measured], base=cap,
+            learner.observe([work / n, READ_RATIO, 0.0, i], [measured], base=cap,
                             prior=prior)
             effect = learner.effect(prior)
             factor = float(effect.factor(i))
             want = planning_models(ms, effect).capacity.servers_needed(
-                step.load_rps, READ_RATIO, i, HEADROOM)
+                work, READ_RATIO, i, HEADROOM)
         periods.append({"t_s": step.t_s, "phase": step.phase, "load_rps": step.load_rps,
+                        "work_rps": round(work, 1),
                         "level": step.level, "index": round(i, 4), "nodes": n,
                         "p95_ms": round(measured, 3), "factor": round(factor, 3)})
         n = max(lo, min(hi, want))  # the next period's size: reactive
@@ -200,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
                     "one pass of the schedule first")
     ap.add_argument("--seeds", type=int, default=5, help="noise seeds (results: the sums)")
     ap.add_argument("--profile", type=Path, default=PROFILE)
+    ap.add_argument("--cpu-profile", type=Path, default=CPU_PROFILE,
+                    help="the lab's CPU per request under each co-runner (points.json of "
+                    "experiments/interference/run.py); the CPU-based pair needs it")
     ap.add_argument("--lab-check", type=Path, default=LAB_CHECK,
                     help="the interference measurement's results.json (make lab-check)")
     ap.add_argument("--out", type=Path, default=HERE)
@@ -210,20 +257,28 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, ElastoreError) as exc:
         print(f"error: {args.profile}: {exc}", file=sys.stderr)
         return 2
+    try:
+        cpu_phys = CpuPhysics(json.loads(args.cpu_profile.read_text()), args.kind)
+    except (OSError, ValueError, ElastoreError) as exc:
+        print(f"error: {args.cpu_profile}: {exc}", file=sys.stderr)
+        return 2
     ms = ModelSet.load(LAB_MODEL)
     cap0 = float(ms.capacity.capacity(READ_RATIO, 0.0, 0.0))
     steps = schedule(args.phase_minutes * 60, args.period, args.low * cap0,
                      args.high * cap0, phys.max_level)
     total: dict[str, dict[str, Any]] = {}
     for seed in range(args.seeds):
-        learner = InterferenceLearner()
+        learner, learner_cpu = InterferenceLearner(), InterferenceLearner()
         if args.warm:
             run("warm-up", steps, ms, phys, args.period, args.min, args.max,
                 np.random.default_rng(1000 + seed), learner)
-        for name, ln in (("blind-workload", None), ("hubbub-workload", learner),
-                         ("physics-workload", None)):
+            run("warm-up", steps, ms, phys, args.period, args.min, args.max,
+                np.random.default_rng(1000 + seed), learner_cpu, cpu=cpu_phys)
+        for name, ln, c in (("blind-workload", None, None), ("hubbub-workload", learner, None),
+                            ("blind-cpu", None, cpu_phys), ("hubbub-cpu", learner_cpu, cpu_phys),
+                            ("physics-workload", None, None)):
             r = run(name, steps, ms, phys, args.period, args.min, args.max,
-                    np.random.default_rng(seed), ln, oracle=name == "physics-workload")
+                    np.random.default_rng(seed), ln, oracle=name == "physics-workload", cpu=c)
             acc = total.setdefault(name, {"controller": name, "phases": {}})
             for ph, v in r["phases"].items():
                 a = acc["phases"].setdefault(ph, {"windows": 0, "violations": 0,
@@ -235,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     results = list(total.values())
     ratios = _run_module().ratios
     viol, vm = ratios(results, "workload")
+    viol_cpu, vm_cpu = ratios(results, "cpu")
     # the bound: a controller that knows the physics (the true slowdown), also reactive
     bound = [dict(r, controller=r["controller"].replace("physics", "hubbub"))
              for r in results if r["controller"] in ("blind-workload", "physics-workload")]
@@ -253,11 +309,18 @@ def main(argv: list[str] | None = None) -> int:
         "settings at the end). The store's p95 is the lab capacity model's at the load per "
         "node times the p95 slowdown the lab measured at the co-runners' index "
         f"(`{args.profile.name}`, kind `{phys.kind}`, {phys.points} points). Both "
-        "controllers are reactive; `hubbub-workload` learns the interference effect online "
-        "with the operator's learner" + (" after one warm-up pass" if args.warm else
-                                         ", from the index's definition") + ".", "",
+        "controllers are reactive; `hubbub-workload` and `hubbub-cpu` learn the "
+        "interference effect online with the operator's learner" + (
+            " after one warm-up pass" if args.warm else ", from the index's definition") +
+        ". The CPU-based pair sizes on the store's CPU use: its CPU per request under the "
+        f"co-runner is the lab's measured ratio to the store alone (`{shown(args.cpu_profile)}`"
+        f", kind `{cpu_phys.kind}`: " + ", ".join(
+            f"level {lv} x{r:.2f}" for lv, r in zip(cpu_phys.levels[1:], cpu_phys.ratios[1:],
+                                                     strict=True)) + ").", "",
         f"hubbub_violation_ratio: {viol:.2f}",
         f"hubbub_vm_ratio: {vm:.2f}",
+        f"hubbub_violation_ratio_cpu: {viol_cpu:.2f}",
+        f"hubbub_vm_ratio_cpu: {vm_cpu:.2f}",
         (f"index_slowdown_spearman: {measured['value']:.3f} (measured on the lab by "
          f"`make lab-check`, {measured['point_seconds']:.0f}-s points, commit "
          f"{measured['commit']}, {measured['date']}: `{shown(args.lab_check)}`; the profile "
@@ -269,9 +332,6 @@ def main(argv: list[str] | None = None) -> int:
         "each period's slowdown (reactive, the same headroom), so its server-hours are "
         "the least that holds the SLO here: against the blind controller, violation ratio "
         f"{b_viol:.2f}, server-hour ratio {b_vm:.2f}.", "",
-        "The CPU-based pair (`hubbub_violation_ratio_cpu`, `hubbub_vm_ratio_cpu`) is not "
-        "simulated: the store's CPU use per request under each co-runner kind is not "
-        "measured.", "",
         "Levels: " + ", ".join(f"{lv}: index {phys.index(lv):.3f}, slowdown "
                                f"{phys.slowdown(phys.index(lv)):.2f}"
                                for lv in sorted(phys.level_index)), "",
