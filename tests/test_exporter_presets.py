@@ -157,7 +157,7 @@ def management_api(n: Node, t: float) -> str:
 
 def swift_statsd(n: Node, t: float) -> str:
     """Swift's StatsD timers through statsd_exporter with elastore's mapping
-    (elastore/lab/swift/lab.py STATSD_MAPPING): histogram swift_server_request_seconds
+    (elastore/stores/swift/statsd-mapping.yml): histogram swift_server_request_seconds
     {server, verb} in seconds, one series per request; a client PUT is an object PUT on
     every replica; the container and account servers' and other verbs' series alongside.
     No bytes stored (Swift exports none)."""
@@ -310,3 +310,4 @@ def test_a_preset_against_another_exporters_series_finds_nothing(bed: Prometheus
     with pytest.raises(MetricsError) as err:
         src.snapshot(time.time(), 2, 10.0)
     assert err.value.reason == "MetricsMissing"
+

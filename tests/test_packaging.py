@@ -107,7 +107,8 @@ def test_the_wheel_has_the_package_data_and_no_test_bed(wheel: Path) -> None:
     for data in ("elastore/operator/crds/elasticpolicies.elastore.io.yaml",
                  "elastore/models/data/lab-profile.json",
                  "elastore/models/data/placeholder.json",
-                 "elastore/traces/data/all-projects-2008-10_2009-12-hourly.csv"):
+                 "elastore/traces/data/all-projects-2008-10_2009-12-hourly.csv",
+                 "elastore/stores/swift/statsd-mapping.yml"):
         assert data in names, data
     assert not [n for n in names if "testbed" in n or n.startswith("tests/")]
     for mod in TESTBED:

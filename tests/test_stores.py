@@ -329,3 +329,27 @@ def test_a_driver_refuses_a_port_without_its_stores_calls() -> None:
                                                  allowed)
         assert got is not None and got[0] == "TargetNotSupported", (s.name, got)
 
+
+def test_the_shipped_statsd_mapping_makes_the_series_the_swift_preset_reads() -> None:
+    """The mapping users load into their own statsd_exporter is the file the package ships
+    (and the lab runs); it turns Swift's object-server timers into the histogram the
+    ``swift-statsd`` preset queries, in seconds."""
+    import re
+
+    import yaml
+
+    from elastore.stores.swift.presets import PRESETS, statsd_mapping
+
+    doc = yaml.safe_load(statsd_mapping())
+    assert doc["defaults"]["observer_type"] == "histogram"
+    by_name = {m["name"]: m for m in doc["mappings"]}
+    server = by_name["swift_server_request_seconds"]
+    assert server["match_type"] == "regex" and server["labels"] == {"server": "$1",
+                                                                     "verb": "$2"}
+    pat = re.compile(server["match"])
+    got = pat.match("object-server.GET.timing")
+    assert got is not None and got.groups() == ("object", "GET")
+    assert pat.match("object-server.GET.errors.timing") is None  # errors: their own series
+    # the preset's queries name exactly this series
+    assert all("swift_server_request_seconds" in q for q in
+               (PRESETS["swift-statsd"].read, PRESETS["swift-statsd"].node_latency))

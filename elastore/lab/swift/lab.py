@@ -54,6 +54,7 @@ from elastore.errors import ElastoreError
 from elastore.lab import netns
 from elastore.lab.bindsrc import ensure_bindsrc
 from elastore.lab.host import cache_dir, lab_dir, wait_for
+from elastore.stores.swift.presets import statsd_mapping
 
 log = logging.getLogger("elastore.lab.swift")
 
@@ -281,41 +282,8 @@ def _proxy_conf(state: SwiftLabState) -> str:
             f"[filter:cache]\nuse = egg:swift#memcache\nmemcache_servers = {MEMCACHED_ADDR}\n")
 
 
-#: statsd_exporter's mapping of Swift's StatsD names (Swift's admin guide, "Reporting
-#: Metrics to StatsD"; swift/common/middleware/proxy_logging.py and obj/replicator.py):
-#: timers become histograms in seconds
-STATSD_MAPPING = r"""defaults:
-  observer_type: histogram
-  histogram_options:
-    buckets: [0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.5, 1, 2, 5]
-mappings:
-  - match: "proxy-server.*.*.*.timing"
-    name: swift_proxy_server_request_seconds
-    labels: {type: "$1", verb: "$2", status: "$3"}
-  - match: "proxy-server.*.*.*.first-byte.timing"
-    name: swift_proxy_server_first_byte_seconds
-    labels: {type: "$1", verb: "$2", status: "$3"}
-  - match: "proxy-server.*.*.*.xfer"
-    name: swift_proxy_server_transfer_bytes_total
-    labels: {type: "$1", verb: "$2", status: "$3"}
-  - match: '^(account|container|object)-server\.([A-Z]+)\.timing$'
-    match_type: regex
-    name: swift_server_request_seconds
-    labels: {server: "$1", verb: "$2"}
-  - match: '^(account|container|object)-server\.([A-Z]+)\.errors\.timing$'
-    match_type: regex
-    name: swift_server_request_errors_seconds
-    labels: {server: "$1", verb: "$2"}
-  - match: "object-replicator.partition.*.count.*"
-    name: swift_object_replicator_partitions_total
-    labels: {action: "$1", device: "$2"}
-  - match: "object-replicator.partition.*.timing"
-    name: swift_object_replicator_partition_seconds
-    labels: {action: "$1"}
-  - match: "object-replicator.suffix.*"
-    name: swift_object_replicator_suffixes_total
-    labels: {action: "$1"}
-"""
+# statsd_exporter's mapping of Swift's StatsD names: a file shipped for users' own
+# exporters too (:func:`elastore.stores.swift.presets.statsd_mapping`)
 
 
 # --- processes ---------------------------------------------------------------------------
@@ -361,7 +329,7 @@ def _spawn(state: SwiftLabState, argv: list[str], logf: Path, bind_ip: str = "")
 
 def _start_exporter(state: SwiftLabState, ip: str, root: Path) -> int:
     mapping = root / "statsd-mapping.yml"
-    mapping.write_text(STATSD_MAPPING)
+    mapping.write_text(statsd_mapping())
     return _spawn(state, [str(ensure_statsd_exporter()),
                           f"--statsd.listen-udp={ip}:{STATSD_UDP_PORT}",
                           "--statsd.listen-tcp=", f"--web.listen-address={ip}:{STATSD_HTTP_PORT}",
