@@ -68,7 +68,8 @@ def schema_change(s: Any, stmt: str, *, timeout_s: float = SCHEMA_TIMEOUT_S,
             time.sleep(2.0 * attempt)
 
 
-def cluster_for(hosts: list[str], routing: str = "token-aware") -> Any:
+def cluster_for(hosts: list[str], routing: str = "token-aware", *, port: int = 9042,
+                username: str | None = None, password: str | None = None) -> Any:
     """A driver Cluster for the lab's nodes, with TCP_NODELAY.
 
     ``routing``: ``token-aware`` (the driver's production default: each request goes to a
@@ -93,8 +94,14 @@ def cluster_for(hosts: list[str], routing: str = "token-aware") -> Any:
         raise ElastoreError(f"routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
     policy = RoundRobinPolicy() if routing == "round-robin" else \
         TokenAwarePolicy(RoundRobinPolicy())
-    return Cluster(hosts, port=9042, load_balancing_policy=policy,
-                   protocol_version=5, connect_timeout=20,
+    auth = None
+    if username is not None:
+        from cassandra.auth import PlainTextAuthProvider
+
+        auth = PlainTextAuthProvider(username=username, password=password or "")
+    # protocol v5 is Cassandra 4.0's and later; a user's older cluster negotiates down
+    return Cluster(hosts, port=port, load_balancing_policy=policy,
+                   protocol_version=5, connect_timeout=20, auth_provider=auth,
                    sockopts=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
 
 

@@ -48,15 +48,35 @@ def _preload(session: Any, write: Any, rows: list[tuple[Any, bytes]], concurrenc
                         f"{PRELOAD_ROUNDS} rounds: {failed[0][1]}")
 
 
+#: the only table the generator makes in its keyspace
+OWN_TABLE = "pages"
+
+
+def check_own_keyspace(session: Any, keyspace: str) -> None:
+    """Refuse to write into a keyspace of a user's cluster that holds anything but the
+    generator's own table: the replay writes (and overwrites) keys there."""
+    rows = session.execute("SELECT table_name FROM system_schema.tables WHERE "
+                           "keyspace_name = %s", (keyspace,))
+    other = sorted(str(r.table_name) for r in rows if str(r.table_name) != OWN_TABLE)
+    if other:
+        raise ElastoreError(f"keyspace {keyspace!r} holds tables that are not the load "
+                            f"generator's ({', '.join(other[:5])}): name a keyspace of its "
+                            "own with --keyspace (it is created if missing)")
+
+
 def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
         rate_scale: float = 1.0, windows: slice = slice(None), keyspace: str = "wiki",
         preload: bool = True, metrics_addr: str | None = None, seed: int = 0,
         rf: int = 2, on_start: Callable[[float], None] | None = None,
         routing: str = "token-aware",
-        node_labels: Callable[[str], dict[str, str]] | None = None) -> list[dict[str, Any]]:
+        node_labels: Callable[[str], dict[str, str]] | None = None, port: int = 9042,
+        username: str | None = None, password: str | None = None,
+        own_keyspace_only: bool = False,
+        echo: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Replay against Cassandra; ``on_start`` is called with the ``time.monotonic()`` at
     which the first window starts (experiments align other events with it). ``routing``:
-    see :func:`elastore.lab.cassandra.cql.cluster_for`."""
+    see :func:`elastore.lab.cassandra.cql.cluster_for`. ``own_keyspace_only`` (a user's
+    cluster): refuse a ``keyspace`` that holds any table but the generator's own."""
     from cassandra import ConsistencyLevel
 
     from elastore.lab.cassandra.cql import cluster_for, schema_change
@@ -64,9 +84,20 @@ def run(wl: Workload, hosts: list[str], out_csv: Path, *, concurrency: int = 50,
     if concurrency < 1:
         raise ElastoreError("concurrency must be >= 1")
     values = value_table(len(wl.keys), seed)
-    cluster = cluster_for(hosts, routing)
-    session = cluster.connect()
+    cluster = cluster_for(hosts, routing, port=port, username=username, password=password)
     try:
+        session = cluster.connect()
+    except Exception as exc:  # the driver's NoHostAvailable, AuthenticationFailed, ...
+        cluster.shutdown()
+        raise ElastoreError(f"cannot connect to Cassandra at {', '.join(hosts)} port {port}: "
+                            f"{exc}") from exc
+    try:
+        if own_keyspace_only:
+            check_own_keyspace(session, keyspace)
+        if echo is not None and preload:
+            echo(f"writing {len(wl.keys):,} keys of {VALUE_BYTES / 1024:g} KiB "
+                 f"({len(wl.keys) * VALUE_BYTES / 2**20:,.0f} MiB before replication) to "
+                 f"{keyspace}.pages (replication factor {rf}) ...")
         schema_change(session, f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
                       f"{{'class': 'SimpleStrategy', 'replication_factor': {rf}}}")
         schema_change(session, f"CREATE TABLE IF NOT EXISTS {keyspace}.pages "

@@ -1,4 +1,5 @@
-"""The load generator's Swift client: object GETs and PUTs through the proxy, plain HTTP.
+"""The load generator's Swift client: object GETs and PUTs through the proxy, over HTTP
+(or HTTPS and a token, for a user's own Swift).
 
 The same open-loop engine as for Cassandra (:func:`elastore.lab.loadgen.replay`): the same
 workload files, schedule, keys by popularity and 10 KiB incompressible values, latency
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +30,50 @@ log = logging.getLogger("elastore.load")
 TIMEOUT_S = 10.0
 
 
-class SwiftClient:
-    """One keep-alive connection per thread to ``proxy`` (host:port)."""
+@dataclass(frozen=True)
+class SwiftEndpoint:
+    """Where a user's Swift is: its proxy (host:port), whether over TLS, and the account."""
 
-    def __init__(self, proxy: str, account: str, container: str) -> None:
+    proxy: str
+    account: str
+    tls: bool = False
+
+
+def parse_storage_url(url: str) -> SwiftEndpoint:
+    """A Swift storage URL as ``swift stat -v`` prints it, ``http[s]://HOST[:PORT]/v1/
+    ACCOUNT``, into its parts; anything else is a clear error."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    parts = [x for x in u.path.split("/") if x]
+    if u.scheme not in ("http", "https") or not u.hostname or len(parts) != 2 \
+            or parts[0] != "v1" or u.query or u.fragment:
+        raise ElastoreError(f"--swift-url {url!r}: want a storage URL "
+                            "http[s]://HOST[:PORT]/v1/ACCOUNT (as 'swift stat -v' prints it)")
+    try:
+        port = u.port or (443 if u.scheme == "https" else 80)
+    except ValueError:
+        raise ElastoreError(f"--swift-url {url!r}: the port is not a number") from None
+    return SwiftEndpoint(f"{u.hostname}:{port}", parts[1], u.scheme == "https")
+
+
+class SwiftClient:
+    """One keep-alive connection per thread to ``proxy`` (host:port); with ``token``, every
+    request carries it as ``X-Auth-Token`` (a user's Swift; the lab's has no auth)."""
+
+    def __init__(self, proxy: str, account: str, container: str, *, token: str | None = None,
+                 tls: bool = False) -> None:
         self.host, port = proxy.rsplit(":", 1)
         self.port = int(port)
         self.base = f"/v1/{account}/{container}"
         self.local = threading.local()
+        self.token, self.tls = token, tls
 
     def _conn(self) -> http.client.HTTPConnection:
         c = getattr(self.local, "conn", None)
         if c is None:
-            c = self.local.conn = http.client.HTTPConnection(self.host, self.port,
-                                                             timeout=TIMEOUT_S)
+            cls = http.client.HTTPSConnection if self.tls else http.client.HTTPConnection
+            c = self.local.conn = cls(self.host, self.port, timeout=TIMEOUT_S)
         return c
 
     def request(self, method: str, path: str, body: bytes | None = None
@@ -51,6 +83,8 @@ class SwiftClient:
         c = self._conn()
         try:
             headers = {"Content-Length": str(len(body))} if body is not None else {}
+            if self.token:
+                headers["X-Auth-Token"] = self.token
             c.request(method, path, body=body, headers=headers)
             res = c.getresponse()
             data = res.read()
@@ -109,11 +143,13 @@ def preload(client: SwiftClient, values: list[bytes], n_keys: int, concurrency: 
 def run(wl: Workload, proxy: str, account: str, out_csv: Path, *, container: str = "wiki",
         concurrency: int = 50, rate_scale: float = 1.0, windows: slice = slice(None),
         preload_keys: bool = True, metrics_addr: str | None = None, seed: int = 0,
-        on_start: Callable[[float], None] | None = None) -> list[dict[str, Any]]:
-    """Replay ``wl`` against the Swift proxy at ``proxy`` (host:port)."""
+        on_start: Callable[[float], None] | None = None, token: str | None = None,
+        tls: bool = False) -> list[dict[str, Any]]:
+    """Replay ``wl`` against the Swift proxy at ``proxy`` (host:port); ``token`` and ``tls``
+    for a user's own Swift."""
     if concurrency < 1:
         raise ElastoreError("concurrency must be >= 1")
-    client = SwiftClient(proxy, account, container)
+    client = SwiftClient(proxy, account, container, token=token, tls=tls)
     values = value_table(len(wl.keys), seed)
     try:
         client.ensure_container()
