@@ -19,7 +19,7 @@ def models() -> None:
 
     \b
     Example:
-      elastore models fit --samples experiments/profiles/perf.csv --slo-ms 30 -o model.json
+      elastore models fit --samples experiments/profiles/lab-samples.csv --slo-ms 60 -o model.json
       elastore models query model.json --read-ratio 0.95 --json
     """
 
