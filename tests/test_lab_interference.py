@@ -111,16 +111,23 @@ def test_summary_gives_each_kinds_cpu_per_request_against_the_store_alone() -> N
             _row(2, 300, "stream", 2, 0.7, 40), _row(3, 300, BASELINE, 0, 0.25, 14)]
     for r, cpu in zip(rows, ("2.0", "2.6", "3.3", "2.2"), strict=True):
         r["point_cpu_ms_per_request"] = cpu
+    rows.append(_row(4, 300, "cache", 1, 0.5, 20))
+    rows.append(_row(5, 300, BASELINE, 0, 0.2, 10))
+    for r, cpu in zip(rows[4:], ("1.8", "1.6"), strict=True):
+        r["point_cpu_ms_per_request"] = cpu
     s = summarize(rows)
-    assert s["baseline_cpu_ms_per_request"] == {"300.0": 2.1}
+    assert s["baseline_cpu_ms_per_request"] == {"300.0": 2.0}  # the median alone
+    # each kind against the baselines that bracket it (the store alone drifts)
     assert s["kinds"]["stream"]["cpu_ratio"] == [pytest.approx(2.6 / 2.1, abs=1e-3),
                                                  pytest.approx(3.3 / 2.1, abs=1e-3)]
+    assert s["kinds"]["cache"]["cpu_ratio"] == [pytest.approx(1.8 / 1.9, abs=1e-3)]
     # an older sweep without the column: unknown, not zero
     for r in rows:
         del r["point_cpu_ms_per_request"]
     s = summarize(rows)
     assert s["baseline_cpu_ms_per_request"] == {"300.0": None}
     assert s["kinds"]["stream"]["cpu_ratio"] == [None, None]
+    assert s["kinds"]["cache"]["cpu_ratio"] == [None]
 
 
 STANDIN = """
