@@ -102,9 +102,9 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     variants: list[tuple[str, Any, list[str]]] = [
-        ("now", None, ["prorenata", "ideal"]),
-        ("old-stabilization", old_stabilization, ["prorenata", "ideal"]),
-        ("old-set-points", old_set_points, ["prorenata", "ideal"]),
+        ("now", None, ["prorenata", "perfect-forecast-window"]),
+        ("old-stabilization", old_stabilization, ["prorenata", "perfect-forecast-window"]),
+        ("old-set-points", old_set_points, ["prorenata", "perfect-forecast-window"]),
     ]
     if args.operator:
         variants += [("operator", None, ["operator"]),

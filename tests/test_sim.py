@@ -218,8 +218,8 @@ def test_optimal_is_what_the_replay_measures_and_a_lower_bound(series, ms, penal
 
     i0, h = locate(series, "2009-03-09", "2009-03-10 23:00")
     cfg = SimConfig(penalty=penalty, data_gib=20.0)
-    names = ["optimal", "prorenata", "ideal", "perfect-forecast", "hpa", "feedback",
-             "static-peak"]
+    names = ["optimal", "prorenata", "perfect-forecast-window", "perfect-forecast", "hpa",
+             "feedback", "static-peak"]
     controllers.OptimalController.attach = keep  # type: ignore[method-assign]
     try:
         res = simulate(series, i0, h, names, ms, cfg, "test")

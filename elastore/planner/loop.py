@@ -1,9 +1,9 @@
 """The ProRenaTa policy loop: one control period, from an observation and a forecast to a
 decision. Pure, and the one copy: the operator (:mod:`elastore.operator.policyloop`) and the
-simulator's ``prorenata`` and ``ideal`` controllers (:mod:`elastore.sim.controllers`) are
-thin adapters around :meth:`PolicyLoop.step`, so the simulator measures the code the
-operator runs (as cluster-autoscaler's ``simulator/`` is the code its scale-up and
-scale-down use).
+simulator's ``prorenata`` controller and its forms (``prorenata-window``,
+``perfect-forecast-window``, ...: :mod:`elastore.sim.controllers`) are thin adapters around
+:meth:`PolicyLoop.step`, so the simulator measures the code the operator runs (as
+cluster-autoscaler's ``simulator/`` is the code its scale-up and scale-down use).
 
 What the loop keeps between periods is a :class:`Memory` (the operator stores it in the
 CR status):

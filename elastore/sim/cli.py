@@ -35,6 +35,23 @@ PLACEHOLDER_NOTE = (
     "controllers under the same assumed physics, not as a prediction for a real cluster.")
 
 
+def controller_names(spec: str) -> list[str]:
+    """``--controllers``: the names, each former name (``ideal``) as the controller's name
+    now, with a one-line warning."""
+    # imported here: a process that loaded an older controllers module still imports this one
+    from elastore.sim.controllers import RENAMED
+
+    names = []
+    for c in (c.strip() for c in spec.split(",")):
+        if c in RENAMED:
+            log.warning("controller %r is deprecated: it is now %r (the same controller)",
+                        c, RENAMED[c])
+            c = RENAMED[c]
+        if c:
+            names.append(c)
+    return names
+
+
 def default_model() -> tuple[Path, str]:
     return LAB_MODEL, LAB_NOTE
 
@@ -77,9 +94,10 @@ def model_choice(spec: Path | None) -> tuple[Path, str]:
 @click.option("--interference", multiple=True, metavar="FROM_H:TO_H:INDEX",
               help="Inject an interference phase (trace hours, index 0..1); repeatable.")
 @click.option("--learn-online", is_flag=True,
-              help="prorenata, prorenata-window and ideal learn their capacity model from the "
-                   "replay's measured latencies (with noise), starting from the model with its "
-                   "capacity times --prior-scale; the JSON gains model_error_pct.")
+              help="prorenata and its forms (prorenata-window, perfect-forecast-window, ...) "
+                   "and operator learn their capacity model from the replay's measured "
+                   "latencies (with noise), starting from the model with its capacity times "
+                   "--prior-scale; the JSON gains model_error_pct.")
 @click.option("--prior-scale", type=click.FloatRange(0.05, 20), default=1.0, show_default=True,
               help="With --learn-online: how wrong the starting model's capacity is (2: "
                    "optimistic, 0.5: pessimistic).")
@@ -119,7 +137,7 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
       elastore simulate --controllers prorenata --learn-online --prior-scale 2
       elastore simulate --data-growth-gib-per-day 10 --controllers prorenata,optimal,hpa
     """
-    names = [c.strip() for c in controllers.split(",") if c.strip()]
+    names = controller_names(controllers)
     bad = [c for c in names if c not in KNOWN]
     if bad or not names:
         raise ElastoreError(f"unknown controller(s) {', '.join(bad) or '(none)'}; choose from "
@@ -166,10 +184,11 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
         emit_json(res.to_json())
     else:
         doc = res.to_json()["controllers"]
-        click.echo(f"{'controller':<14}{'VM-hours':>10}{'SLO viol %':>12}{'p95 med ms':>12}"
+        w = max(14, *(len(n) + 1 for n in doc))
+        click.echo(f"{'controller':<{w}}{'VM-hours':>10}{'SLO viol %':>12}{'p95 med ms':>12}"
                    f"{'util':>7}{'actions':>9}{'U(10)':>9}{'U(100)':>9}")
         for n, m in doc.items():
-            click.echo(f"{n:<14}{m['vm_hours']:>10.1f}{m['slo_violation_pct']:>12.2f}"
+            click.echo(f"{n:<{w}}{m['vm_hours']:>10.1f}{m['slo_violation_pct']:>12.2f}"
                        f"{m['p95_latency_ms_median']:>12.1f}{m['cpu_util_mean']:>7.2f}"
                        f"{m['scale_actions']:>9}{m['utility']['10']:>9.1f}"
                        f"{m['utility']['100']:>9.1f}")

@@ -1,22 +1,29 @@
 """Controllers compared by the simulator. All decide through the same interfaces: they see
 a :class:`Context` at every window start (and, for the HPA, every sync period) and return
 set-points ``(time_s, target_replicas)``; sizing always goes through the capacity model's
-``servers_needed`` and, for ProRenaTa and ideal, through the planner.
+``servers_needed`` and, for ProRenaTa and its perfect-foresight forms, through the planner.
 
 | name | decides | migration |
 |---|---|---|
 | feedback | at each window start, for the previous window's mean load | store default |
 | predict | at the window start for the predicted load; scale-down a window later | store default |
 | prorenata | the policy loop with the ``prorenata`` forecast | BwMan: f(), floored |
-| ideal | the policy loop with the true future load | BwMan: f(), floored |
+| prorenata-window | the policy loop: the paper's window scheduler, the forecast | BwMan |
+| perfect-forecast-window | the same, fed the true future load | BwMan |
+| perfect-forecast | the policy loop: the horizon planner, the true future load | BwMan |
+| optimal | offline, the least U(P) any schedule reaches (the bound) | its rule per change |
 | hpa | Kubernetes HPA on utilisation, every 15 s | store default |
 | holt-winters | PHPA-style: Holt-Winters forecast, applied at once | store default |
 | static-peak | the trace's peak, all the time | store default |
 | operator | the operator's runner on the simulated cluster | what the runner sets |
 
-``prorenata`` and ``ideal`` are thin adapters around the policy loop the operator runs; the
+``prorenata`` and its forms are thin adapters around the policy loop the operator runs; the
 ``operator`` controller runs the operator itself (its runner, node-step state machine and
 stream throttle) against :class:`elastore.sim.kube.SimulatedKube`.
+
+``perfect-forecast-window`` was called ``ideal`` until issue 41 (:data:`RENAMED`): it is the
+paper's window scheduler given the true future, not a bound (``optimal`` is). The
+controllers given the true future are :data:`FORESIGHT`.
 """
 
 from __future__ import annotations
@@ -154,6 +161,8 @@ class Controller:
     replaces = False
     #: can learn its capacity model online (``elastore simulate --learn-online``)
     learns = False
+    #: is given the true future (a reference, not a contender: :data:`FORESIGHT`)
+    foresight = False
 
     def warm(self, history: FloatArray) -> None:
         """Load history (req/s per window) before the replay starts."""
@@ -265,10 +274,11 @@ class ProRenaTaController(_Forecasting):
     next :data:`~elastore.sim.run.LOOKAHEAD_HOURS` windows and its quantile scenarios
     (calibrated on the predictor's own errors), for the replay's violation penalty.
     ``mode="window"`` (``prorenata-window``): the paper's window scheduler on the point
-    forecast. ``oracle`` (``ideal``): the window scheduler fed the true load. ``perfect``
-    (``perfect-forecast``): the horizon planner fed the true future as its path (every
-    scenario the truth), so its gap to ``prorenata`` is the forecast's and its gap to
-    ``optimal`` the planning's (issue 40). ``method`` is any predictor of the registry."""
+    forecast. ``oracle`` (``perfect-forecast-window``, ``ideal`` until issue 41): the window
+    scheduler fed the true load. ``perfect`` (``perfect-forecast``): the horizon planner fed
+    the true future as its path (every scenario the truth), so its gap to ``prorenata`` is
+    the forecast's and its gap to ``optimal`` the planning's (issue 40). ``method`` is any
+    predictor of the registry."""
 
     name = "prorenata"
     bwman = True
@@ -282,6 +292,7 @@ class ProRenaTaController(_Forecasting):
                  holidays: bool = False) -> None:
         super().__init__(make(method))
         self.oracle, self.perfect = oracle, perfect
+        self.foresight = oracle or perfect
         #: holiday hours reach the forecaster as NaN, as missing hours do: imputed, and no
         #: season learned from them (the planner still observes the load)
         self.holidays = holidays
@@ -290,7 +301,7 @@ class ProRenaTaController(_Forecasting):
         #: day of windows (``*-day``, before issue 40)
         self.payback = payback and self.mode == "horizon"
         if oracle:
-            self.name = "ideal"
+            self.name = "perfect-forecast-window"
         elif perfect:
             self.name = "perfect-forecast"
         elif mode == "window":
@@ -632,6 +643,7 @@ class OptimalController(Controller):
 
     name = "optimal"
     interference_aware = True
+    foresight = True
 
     def __init__(self) -> None:
         self.schedule: Any = None
@@ -691,7 +703,7 @@ class OptimalController(Controller):
 FACTORIES: dict[str, Callable[[], Controller]] = {
     "feedback": Feedback, "predict": Predict, "prorenata": ProRenaTaController,
     "prorenata-window": lambda: ProRenaTaController(mode="window"),
-    "ideal": lambda: ProRenaTaController(oracle=True),
+    "perfect-forecast-window": lambda: ProRenaTaController(oracle=True),
     "perfect-forecast": lambda: ProRenaTaController(perfect=True),
     # the lookahead fixed at a day, as before issue 40 (for comparison)
     "prorenata-day": lambda: ProRenaTaController(payback=False),
@@ -703,6 +715,35 @@ FACTORIES: dict[str, Callable[[], Controller]] = {
 }
 #: every controller ``elastore simulate`` knows
 KNOWN = tuple(FACTORIES)
+#: the names controllers had before, which ``elastore simulate --controllers`` still takes
+#: (with a warning): ``ideal`` was no ideal, but the window scheduler given the true future
+RENAMED = {"ideal": "perfect-forecast-window"}
+#: the bound every controller is measured against
+BOUND = "optimal"
+#: the controllers given the true future (each one's ``foresight``): references that show
+#: what knowing it is worth, never ranked with the others
+FORESIGHT = ("perfect-forecast-window", "perfect-forecast", "perfect-forecast-day", BOUND)
+#: what each controller is, in a line (the report's legend)
+ABOUT = {
+    "feedback": "resizes at each window start for the last window's mean load",
+    "predict": "resizes for the forecast load; scales down a window later",
+    "prorenata": "the operator's policy loop: the horizon planner on the forecast's "
+                 "scenarios, BwMan",
+    "prorenata-window": "the operator's policy loop with the paper's window scheduler on the "
+                        "point forecast, BwMan",
+    "perfect-forecast-window": "prorenata-window given the true future load (the paper's "
+                               "window scheduler with an oracle; `ideal` before issue 41)",
+    "perfect-forecast": "prorenata's horizon planner given the true future load",
+    "prorenata-day": "prorenata with its lookahead fixed at a day (before issue 40)",
+    "prorenata-holidays": "prorenata, holiday hours kept out of its seasons",
+    "perfect-forecast-day": "perfect-forecast with its lookahead fixed at a day",
+    "optimal": "the bound: the least U any schedule of one-node changes reaches, planned "
+               "offline with the true future",
+    "hpa": "the Kubernetes HPA on utilisation, every 15 s",
+    "holt-winters": "PHPA-style: a Holt-Winters forecast, applied at once",
+    "static-peak": "the trace's peak, all the time",
+    "operator": "the operator's own runner on the simulated cluster",
+}
 #: the default comparison (``operator`` runs the same loop as ``prorenata``, more slowly)
 CONTROLLERS = tuple(n for n in KNOWN if n not in (
     "operator", "perfect-forecast", "prorenata-day", "perfect-forecast-day",
