@@ -88,41 +88,6 @@ def lab_(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator
             assert not left, f"processes of the lab still running: {left}"
 
 
-def test_load_run_drives_a_swift_named_by_its_storage_url(lab_: Lab) -> None:
-    """`load run --swift-url` (a user's own Swift: no lab state), from inside the lab's
-    namespace as a client host: the replay goes into the container it is told, with the
-    token sent; a proxy that does not answer is one clear line."""
-    out = lab_.root / "yours.csv"
-    env = {k: v for k, v in os.environ.items() if k != "ELASTORE_LAB_DIR"}
-    env.update(ELASTORE_LAB_DIR=str(lab_.root / "no-lab-here"), ELASTORE_SWIFT_TOKEN="t0k")
-
-    def run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(netns.command(NS, [sys.executable, "-m", "elastore", "load",
-                                                 "run", str(lab_.wl), "--swift-url", url,
-                                                 "--keyspace", "yours", *args]),
-                              env=env, capture_output=True, text=True, timeout=600,
-                              check=False)
-
-    url = f"http://{swift.PROXY_ADDR}/v1/{swift.ACCOUNT}"
-    res = run(url, "--windows", "0:20", "--out", str(out))
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert f"driving Swift at {url} (container yours, with a token)" in res.stderr
-    import csv
-
-    rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 20 and all(int(r["errors"]) == 0 for r in rows), rows[:5]
-    assert sum(float(r["achieved_rps"]) for r in rows) > 0
-    # the objects are in the container it was told, through the real proxy
-    get = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())"
-    listing = subprocess.run(netns.command(NS, [sys.executable, "-c", get,
-                                                f"{url}/yours?limit=3"]),
-                             capture_output=True, text=True, timeout=60, check=False)
-    assert listing.returncode == 0 and listing.stdout.split()[:1] == ["k0"], listing
-    res = run("http://127.0.0.1:9/v1/AUTH_x", "--out", str(lab_.root / "none.csv"))
-    assert res.returncode != 0 and "the Swift proxy at 127.0.0.1:9 does not answer" in \
-        res.stderr and "Traceback" not in res.stderr, res.stderr[-1000:]
-
-
 def test_the_load_replays_through_the_proxy_with_metrics_per_node(lab_: Lab) -> None:
     out = lab_.root / "load.csv"
     res = lab_.cli("load", "run", str(lab_.wl), "--out", str(out))
@@ -225,3 +190,39 @@ def test_a_drained_node_hands_everything_over_then_leaves(lab_: Lab) -> None:
     v = lab_.verify(bulk=BULK)
     assert v["ok"] == v["keys"] == v["listed"], v
     assert v["bulk"] == {"objects": BULK, "ok": BULK, "listed": BULK, "bad": []}, v
+
+
+def test_load_run_drives_a_swift_named_by_its_storage_url(lab_: Lab) -> None:
+    """`load run --swift-url` (a user's own Swift: no lab state), from inside the lab's
+    namespace as a client host: the replay goes into the container it is told, with the
+    token sent; a proxy that does not answer is one clear line. Last in the module: its
+    objects would count in the others' replicas."""
+    out = lab_.root / "yours.csv"
+    env = {k: v for k, v in os.environ.items() if k != "ELASTORE_LAB_DIR"}
+    env.update(ELASTORE_LAB_DIR=str(lab_.root / "no-lab-here"), ELASTORE_SWIFT_TOKEN="t0k")
+
+    def run(url: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(netns.command(NS, [sys.executable, "-m", "elastore", "load",
+                                                 "run", str(lab_.wl), "--swift-url", url,
+                                                 "--keyspace", "yours", *args]),
+                              env=env, capture_output=True, text=True, timeout=600,
+                              check=False)
+
+    url = f"http://{swift.PROXY_ADDR}/v1/{swift.ACCOUNT}"
+    res = run(url, "--windows", "0:20", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert f"driving Swift at {url} (container yours, with a token)" in res.stderr
+    import csv
+
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 20 and all(int(r["errors"]) == 0 for r in rows), rows[:5]
+    assert sum(float(r["achieved_rps"]) for r in rows) > 0
+    # the objects are in the container it was told, through the real proxy
+    get = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())"
+    listing = subprocess.run(netns.command(NS, [sys.executable, "-c", get,
+                                                f"{url}/yours?limit=3"]),
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert listing.returncode == 0 and listing.stdout.split()[:1] == ["k0"], listing
+    res = run("http://127.0.0.1:9/v1/AUTH_x", "--out", str(lab_.root / "none.csv"))
+    assert res.returncode != 0 and "the Swift proxy at 127.0.0.1:9 does not answer" in \
+        res.stderr and "Traceback" not in res.stderr, res.stderr[-1000:]
