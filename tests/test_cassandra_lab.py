@@ -123,65 +123,6 @@ def test_load_generator_replays_a_workload(cluster: Path, tmp_path: Path) -> Non
     assert result and max(float(r["value"][1]) for r in result) > 0, raw
 
 
-def test_load_run_drives_a_cluster_named_by_contact_points(cluster: Path,
-                                                          tmp_path: Path) -> None:
-    """`load run --contact-points` (a user's own cluster: no lab state, no namespace of its
-    own, run here from inside the lab's namespace as a client host would be): it replays into
-    the keyspace it is told, creating it, and refuses one that holds other tables before
-    writing anything."""
-    import subprocess
-    import sys
-
-    import pandas as pd
-
-    from elastore.traces import read_pages_csv
-    from elastore.traces.workload import BuildParams, build_workload
-
-    rows = ["hour_utc,page,requests"]
-    for h in range(2):
-        for i in range(100):
-            rows.append(f"2016-01-01 {h:02d}:00:00,P{i},{int(3000 * (i + 1) ** -1.1) + 100}")
-    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
-    build_workload(read_pages_csv(tmp_path / "p.csv"),
-                   BuildParams(hour_seconds=10.0, windows_per_hour=5, peak_rps=80.0)
-                   ).save(tmp_path / "wl.json")
-    env = {k: v for k, v in os.environ.items() if k != "ELASTORE_LAB_DIR"}
-    env["ELASTORE_LAB_DIR"] = str(tmp_path / "no-lab-here")  # it must not need one
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(netns.command(NS, [sys.executable, "-m", "elastore", "load",
-                                                 "run", str(tmp_path / "wl.json"), *args]),
-                              env=env, capture_output=True, text=True, timeout=300,
-                              check=False)
-
-    out = tmp_path / "yours.csv"
-    res = run("--contact-points", "127.0.0.1,127.0.0.2", "--keyspace", "elastore_yours",
-              "--replication-factor", "2", "--out", str(out))
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert "driving Cassandra at 127.0.0.1, 127.0.0.2 port 9042" in res.stderr
-    frame = pd.read_csv(out)
-    assert len(frame) == 10 and frame["errors"].sum() == 0
-    assert frame["achieved_rps"].sum() == pytest.approx(frame["scheduled_rps"].sum(), rel=0.02)
-    ks = subprocess.run(netns.command(NS, [sys.executable, "-m", "elastore.lab.cassandra.cql",
-                                           "127.0.0.1", "keyspaces"]),
-                        capture_output=True, text=True, timeout=120, check=False)
-    assert ks.returncode == 0, ks.stderr[-1000:]
-    made = json.loads(ks.stdout.strip().splitlines()[-1])["elastore_yours"]
-    assert made["replication_factor"] == "2", made  # as told, not the lab's default
-    # a keyspace with tables of its own is refused, by name, and nothing is written to it
-    res = run("--contact-points", "127.0.0.1", "--keyspace", "system_auth",
-              "--out", str(tmp_path / "refused.csv"))
-    assert res.returncode != 0
-    assert "keyspace 'system_auth' holds tables that are not the load generator's" in \
-        res.stderr, res.stderr[-1000:]
-    assert not (tmp_path / "refused.csv").exists()
-    # nobody listening: one clear line, no traceback
-    res = run("--contact-points", "127.0.0.1", "--port", "9", "--keyspace", "elastore_yours",
-              "--out", str(tmp_path / "none.csv"))
-    assert res.returncode != 0 and "cannot connect to Cassandra at 127.0.0.1 port 9" in \
-        res.stderr and "Traceback" not in res.stderr, res.stderr[-1000:]
-
-
 def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
                                                              tmp_path: Path) -> None:
     """The jmx-exporter preset (the lab's naming: coordinator ClientRequest metrics) and
@@ -818,3 +759,62 @@ def test_up_refuses_a_second_lab_and_down_is_idempotent(tmp_path: Path) -> None:
     assert lab.down(d) == [f"removed namespace {state.netns}"]  # dead PIDs: nothing killed
     assert lab.down(d) == []
     assert not (d / "lab.json").exists()
+
+
+def test_load_run_drives_a_cluster_named_by_contact_points(cluster: Path,
+                                                          tmp_path: Path) -> None:
+    """`load run --contact-points` (a user's own cluster: no lab state, no namespace of its
+    own, run here from inside the lab's namespace as a client host would be): it replays into
+    the keyspace it is told, creating it, and refuses one that holds other tables before
+    writing anything. Last of the module's tests on the cluster: its keyspace stays."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from elastore.traces import read_pages_csv
+    from elastore.traces.workload import BuildParams, build_workload
+
+    rows = ["hour_utc,page,requests"]
+    for h in range(2):
+        for i in range(100):
+            rows.append(f"2016-01-01 {h:02d}:00:00,P{i},{int(3000 * (i + 1) ** -1.1) + 100}")
+    (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
+    build_workload(read_pages_csv(tmp_path / "p.csv"),
+                   BuildParams(hour_seconds=10.0, windows_per_hour=5, peak_rps=80.0)
+                   ).save(tmp_path / "wl.json")
+    env = {k: v for k, v in os.environ.items() if k != "ELASTORE_LAB_DIR"}
+    env["ELASTORE_LAB_DIR"] = str(tmp_path / "no-lab-here")  # it must not need one
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(netns.command(NS, [sys.executable, "-m", "elastore", "load",
+                                                 "run", str(tmp_path / "wl.json"), *args]),
+                              env=env, capture_output=True, text=True, timeout=300,
+                              check=False)
+
+    out = tmp_path / "yours.csv"
+    res = run("--contact-points", "127.0.0.1,127.0.0.2", "--keyspace", "elastore_yours",
+              "--replication-factor", "2", "--out", str(out))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "driving Cassandra at 127.0.0.1, 127.0.0.2 port 9042" in res.stderr
+    frame = pd.read_csv(out)
+    assert len(frame) == 10 and frame["errors"].sum() == 0
+    assert frame["achieved_rps"].sum() == pytest.approx(frame["scheduled_rps"].sum(), rel=0.02)
+    ks = subprocess.run(netns.command(NS, [sys.executable, "-m", "elastore.lab.cassandra.cql",
+                                           "127.0.0.1", "keyspaces"]),
+                        capture_output=True, text=True, timeout=120, check=False)
+    assert ks.returncode == 0, ks.stderr[-1000:]
+    made = json.loads(ks.stdout.strip().splitlines()[-1])["elastore_yours"]
+    assert made["replication_factor"] == "2", made  # as told, not the lab's default
+    # a keyspace with tables of its own is refused, by name, and nothing is written to it
+    res = run("--contact-points", "127.0.0.1", "--keyspace", "system_auth",
+              "--out", str(tmp_path / "refused.csv"))
+    assert res.returncode != 0
+    assert "keyspace 'system_auth' holds tables that are not the load generator's" in \
+        res.stderr, res.stderr[-1000:]
+    assert not (tmp_path / "refused.csv").exists()
+    # nobody listening: one clear line, no traceback
+    res = run("--contact-points", "127.0.0.1", "--port", "9", "--keyspace", "elastore_yours",
+              "--out", str(tmp_path / "none.csv"))
+    assert res.returncode != 0 and "cannot connect to Cassandra at 127.0.0.1 port 9" in \
+        res.stderr and "Traceback" not in res.stderr, res.stderr[-1000:]
