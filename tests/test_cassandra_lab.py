@@ -733,40 +733,12 @@ def test_a_scale_out_is_followed_by_cleanup_and_a_scale_in_waits_for_it(cluster:
             (before, after_join, after)
 
 
-def test_ring_refuses_while_a_node_is_down_on_real_cassandra(cluster: Path) -> None:
-    """The last use of the module's lab: node 1's JVM is stopped (by PID). Seen from node 2,
-    the ring has a DN node, and no decommission is judged safe."""
-    state = lab.LabState.load(cluster)
-    assert state is not None and len(state.nodes) == 2
-    first, other = state.nodes
-    assert lab._stop(first.pid, first.root)
-    run = _nodetool(state, other.n)
-    deadline = time.monotonic() + 60
-    while "DN  " + first.spec.ip not in run("status"):
-        assert time.monotonic() < deadline, run("status")
-        time.sleep(2)
-    refused = decommission_refusal(read_ring(run), 100 * GIB, 0.2, 0.5)
-    assert refused == f"every node must be UN (up, normal): {first.spec.ip} is DN"
-
-
-def test_up_refuses_a_second_lab_and_down_is_idempotent(tmp_path: Path) -> None:
-    # a crashed 'up' leaves a state file with dead PIDs: down cleans it, twice in a row
-    d = tmp_path / "crashed"
-    state = lab.LabState(f"elastore-test-x-{os.getpid()}", "256M",
-                         nodes=[lab.NodeState(1, 999_999, str(d / "nodes" / "n1"))])
-    netns.create(state.netns)
-    state.save(d)
-    assert lab.down(d) == [f"removed namespace {state.netns}"]  # dead PIDs: nothing killed
-    assert lab.down(d) == []
-    assert not (d / "lab.json").exists()
-
-
 def test_load_run_drives_a_cluster_named_by_contact_points(cluster: Path,
                                                           tmp_path: Path) -> None:
     """`load run --contact-points` (a user's own cluster: no lab state, no namespace of its
     own, run here from inside the lab's namespace as a client host would be): it replays into
     the keyspace it is told, creating it, and refuses one that holds other tables before
-    writing anything. Last of the module's tests on the cluster: its keyspace stays."""
+    writing anything. Late in the module (before the test that stops a node): its keyspace stays."""
     import subprocess
     import sys
 
@@ -818,3 +790,31 @@ def test_load_run_drives_a_cluster_named_by_contact_points(cluster: Path,
               "--out", str(tmp_path / "none.csv"))
     assert res.returncode != 0 and "cannot connect to Cassandra at 127.0.0.1 port 9" in \
         res.stderr and "Traceback" not in res.stderr, res.stderr[-1000:]
+
+
+def test_ring_refuses_while_a_node_is_down_on_real_cassandra(cluster: Path) -> None:
+    """The last use of the module's lab: node 1's JVM is stopped (by PID). Seen from node 2,
+    the ring has a DN node, and no decommission is judged safe."""
+    state = lab.LabState.load(cluster)
+    assert state is not None and len(state.nodes) == 2
+    first, other = state.nodes
+    assert lab._stop(first.pid, first.root)
+    run = _nodetool(state, other.n)
+    deadline = time.monotonic() + 60
+    while "DN  " + first.spec.ip not in run("status"):
+        assert time.monotonic() < deadline, run("status")
+        time.sleep(2)
+    refused = decommission_refusal(read_ring(run), 100 * GIB, 0.2, 0.5)
+    assert refused == f"every node must be UN (up, normal): {first.spec.ip} is DN"
+
+
+def test_up_refuses_a_second_lab_and_down_is_idempotent(tmp_path: Path) -> None:
+    # a crashed 'up' leaves a state file with dead PIDs: down cleans it, twice in a row
+    d = tmp_path / "crashed"
+    state = lab.LabState(f"elastore-test-x-{os.getpid()}", "256M",
+                         nodes=[lab.NodeState(1, 999_999, str(d / "nodes" / "n1"))])
+    netns.create(state.netns)
+    state.save(d)
+    assert lab.down(d) == [f"removed namespace {state.netns}"]  # dead PIDs: nothing killed
+    assert lab.down(d) == []
+    assert not (d / "lab.json").exists()
