@@ -764,31 +764,34 @@ def test_load_run_drives_a_cluster_named_by_contact_points(cluster: Path,
                               env=env, capture_output=True, text=True, timeout=300,
                               check=False)
 
+    state = lab.LabState.load(cluster)
+    assert state is not None
+    ips = [n.spec.ip for n in state.nodes]  # whichever nodes the earlier tests left
     out = tmp_path / "yours.csv"
-    res = run("--contact-points", "127.0.0.1,127.0.0.2", "--keyspace", "elastore_yours",
+    res = run("--contact-points", ",".join(ips), "--keyspace", "elastore_yours",
               "--replication-factor", "2", "--out", str(out))
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "driving Cassandra at 127.0.0.1, 127.0.0.2 port 9042" in res.stderr
+    assert f"driving Cassandra at {', '.join(ips)} port 9042" in res.stderr
     frame = pd.read_csv(out)
     assert len(frame) == 10 and frame["errors"].sum() == 0
     assert frame["achieved_rps"].sum() == pytest.approx(frame["scheduled_rps"].sum(), rel=0.02)
     ks = subprocess.run(netns.command(NS, [sys.executable, "-m", "elastore.lab.cassandra.cql",
-                                           "127.0.0.1", "keyspaces"]),
+                                           ips[0], "keyspaces"]),
                         capture_output=True, text=True, timeout=120, check=False)
     assert ks.returncode == 0, ks.stderr[-1000:]
     made = json.loads(ks.stdout.strip().splitlines()[-1])["elastore_yours"]
     assert made["replication_factor"] == "2", made  # as told, not the lab's default
     # a keyspace with tables of its own is refused, by name, and nothing is written to it
-    res = run("--contact-points", "127.0.0.1", "--keyspace", "system_auth",
+    res = run("--contact-points", ips[0], "--keyspace", "system_auth",
               "--out", str(tmp_path / "refused.csv"))
     assert res.returncode != 0
     assert "keyspace 'system_auth' holds tables that are not the load generator's" in \
         res.stderr, res.stderr[-1000:]
     assert not (tmp_path / "refused.csv").exists()
     # nobody listening: one clear line, no traceback
-    res = run("--contact-points", "127.0.0.1", "--port", "9", "--keyspace", "elastore_yours",
+    res = run("--contact-points", ips[0], "--port", "9", "--keyspace", "elastore_yours",
               "--out", str(tmp_path / "none.csv"))
-    assert res.returncode != 0 and "cannot connect to Cassandra at 127.0.0.1 port 9" in \
+    assert res.returncode != 0 and f"cannot connect to Cassandra at {ips[0]} port 9" in \
         res.stderr and "Traceback" not in res.stderr, res.stderr[-1000:]
 
 
