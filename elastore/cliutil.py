@@ -1,9 +1,10 @@
-"""What every ``elastore`` command group shares: one-line errors, log format, date options,
-JSON output. The groups import from here, never from :mod:`elastore.cli` (which imports
-them)."""
+"""What every ``elastore`` command group shares: one-line errors (a missing optional extra's
+too), log format, date options, JSON output. The groups import from here, never from
+:mod:`elastore.cli` (which imports them)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import sys
@@ -30,14 +31,82 @@ class UserError(click.ClickException):
         click.echo(f"error: {self.format_message()}", err=True)
 
 
+#: The top-level modules of the third-party distributions that the optional extras of
+#: pyproject.toml install, each with the extras that install it; where a command's group names
+#: none of them (:class:`ElastoreGroup`'s ``extra``), the first is the one to install.
+#: tests/test_cli_extras.py keeps it in step with pyproject.toml.
+EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "kopf": ("operator",),
+    "kubernetes": ("operator", "agent"),
+    "prometheus_api_client": ("operator",),
+    "yaml": ("operator",),  # PyYAML
+    "prometheus_client": ("operator", "agent", "lab"),
+    "pyroute2": ("agent", "lab"),
+    "cassandra": ("lab",),  # cassandra-driver
+    "statsforecast": ("forecast",),
+    # named by no extra, but installed with kubernetes and prometheus-api-client (their
+    # requirements); elastore imports them itself
+    "requests": ("operator", "agent"),
+    "urllib3": ("operator", "agent"),
+}
+
+
+def command_path(ctx: click.Context) -> str:
+    """``elastore operator run``, whatever name the program was run by (``python -m
+    elastore``, a test's runner)."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(["elastore", *reversed(names)])
+
+
+def missing_extra(command: str, exc: ModuleNotFoundError,
+                  prefer: str | None = None) -> UserError | None:
+    """The one line for ``command`` failing to import a module that an optional extra
+    installs: which extra to install (``prefer`` where the module is in several and it is
+    one of them). None for any other module: a broken installation, whose traceback is the
+    useful report."""
+    name = exc.name or ""
+    extras = EXTRA_MODULES.get(name.partition(".")[0])
+    if not extras:
+        return None
+    extra = prefer if prefer in extras else extras[0]
+    return UserError(f"{command} needs the {extra!r} extra: pip install 'elastore[{extra}]' "
+                     f"(missing module: {name})")
+
+
+def need_extra(extra: str) -> None:
+    """Check now that every module ``extra`` installs is there (found, not imported), for a
+    command that would otherwise find one missing only at its first use, minutes into its run
+    (the operator's first tick, a forecast method after the others): a missing one raises the
+    :class:`ModuleNotFoundError` that :class:`ElastoreGroup` turns into one line."""
+    for name, extras in EXTRA_MODULES.items():
+        if extra in extras and importlib.util.find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
 class ElastoreGroup(click.Group):
-    """Turns :class:`ElastoreError` into one clear line instead of a traceback."""
+    """Turns :class:`ElastoreError` into one clear line instead of a traceback, and a
+    missing module of an optional extra into the line that names the extra
+    (:func:`missing_extra`). ``extra``: the extra this group's commands need, named where a
+    module is in several (``kubernetes``: the operator's and the agent's)."""
+
+    def __init__(self, *args: Any, extra: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.extra = extra
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except ElastoreError as exc:
             raise UserError(str(exc)) from exc
+        except ModuleNotFoundError as exc:
+            command = " ".join(filter(None, (command_path(ctx), ctx.invoked_subcommand)))
+            err = missing_extra(command, exc, self.extra)
+            if err is None:
+                raise
+            raise err from None
 
 
 class _Fmt(logging.Formatter):

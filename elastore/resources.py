@@ -6,8 +6,8 @@ source checkout, an editable install and a wheel (the operator image installs th
 * the built-in capacity models (``elastore models fit`` output): ``lab`` (fitted to the
   samples measured on real Cassandra, ``experiments/profiles/``) and ``placeholder`` (the
   documented law of :mod:`elastore.models.synthetic`);
-* the ElasticPolicy CRD (the Helm chart's ``crds/`` holds the same file; a test keeps the
-  two identical);
+* the CRDs the Helm chart installs: the ElasticPolicy CRD and kopf's peering CRDs (the
+  chart's ``crds/`` holds the same files; tests keep them identical);
 * the built-in Wikipedia trace.
 """
 
@@ -21,6 +21,8 @@ from elastore.errors import ElastoreError
 #: built-in model name -> file in ``elastore/models/data``
 MODELS = {"lab": "lab-profile.json", "placeholder": "placeholder.json"}
 CRD_FILE = "elasticpolicies.elastore.io.yaml"
+#: kopf's ClusterKopfPeering and KopfPeering CRDs (the replicas' leader election)
+PEERING_CRD_FILE = "kopf-peering.yaml"
 TRACE_FILE = "all-projects-2008-10_2009-12-hourly.csv"
 
 
@@ -42,6 +44,12 @@ def builtin_model(name: str) -> Path:
 def crd_path() -> Path:
     """The ElasticPolicy CustomResourceDefinition (YAML)."""
     return _file("elastore.operator", "crds", CRD_FILE)
+
+
+def crd_paths() -> list[Path]:
+    """The files of every CRD the chart installs: the ElasticPolicy's, then kopf's peering
+    CRDs (one file, two documents)."""
+    return [crd_path(), _file("elastore.operator", "crds", PEERING_CRD_FILE)]
 
 
 def builtin_trace() -> Path:

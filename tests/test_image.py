@@ -85,9 +85,10 @@ def test_the_entry_points_run_on_a_read_only_root(elastore_image: str) -> None:
     out = ok(run(elastore_image, "operator", "run", "--help"))
     assert "Usage:" in out
     assert "Usage:" in ok(run(elastore_image, "agent", "--help"))
-    crd = yaml.safe_load(ok(run(elastore_image, "operator", "crd")))
-    assert crd["kind"] == "CustomResourceDefinition", crd
-    assert crd["metadata"]["name"] == "elasticpolicies.elastore.io"
+    crds = list(yaml.safe_load_all(ok(run(elastore_image, "operator", "crd"))))
+    assert [c["kind"] for c in crds] == ["CustomResourceDefinition"] * 3, crds
+    assert [c["metadata"]["name"] for c in crds] == [
+        "elasticpolicies.elastore.io", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"]
     # and it wrote nothing but under /tmp (podman mounts it, and /run, as tmpfs)
     probe = ("import elastore.operator.handlers, elastore.agent, matplotlib, os; "
              "print(os.getuid(), os.getgid(), os.environ['HOME'])")

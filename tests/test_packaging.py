@@ -105,6 +105,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_wheel_has_the_package_data_and_no_test_bed(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for data in ("elastore/operator/crds/elasticpolicies.elastore.io.yaml",
+                 "elastore/operator/crds/kopf-peering.yaml",
                  "elastore/models/data/lab-profile.json",
                  "elastore/models/data/placeholder.json",
                  "elastore/traces/data/all-projects-2008-10_2009-12-hourly.csv",
@@ -141,8 +142,9 @@ def test_an_installed_wheel_finds_its_files_without_the_checkout(wheel: Path,
     res = subprocess.run([sys.executable, "-m", "elastore", "operator", "crd"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, check=False)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout == (REPO / "elastore" / "operator" / "crds" /
-                          "elasticpolicies.elastore.io.yaml").read_text()
+    crds = REPO / "elastore" / "operator" / "crds"
+    assert res.stdout == "---\n".join((crds / f).read_text() for f in (
+        "elasticpolicies.elastore.io.yaml", "kopf-peering.yaml"))
     # the lab's commands are there, and say that the lab is not
     for argv in (["lab", "status"], ["lab", "up", "--nodes", "3"], ["lab", "--help"],
                  ["load", "run", "x"]):

@@ -568,11 +568,9 @@ def netlink_factory(netns: str | None) -> Callable[[], Any]:
     """A new pyroute2 handle per call: in ``netns`` (a test bed's namespace, which must be one
     of elastore's) or, by default, the agent's own (the host's, with hostNetwork)."""
     def open_() -> Any:
-        try:
-            from pyroute2 import IPRoute, NetNS
-        except ImportError as exc:  # pragma: no cover - the agent extra installs it
-            raise ElastoreError("pyroute2 is not installed (pip install 'elastore[agent]')") \
-                from exc
+        # the agent extra's: where it is missing, the command says so (elastore.cliutil)
+        from pyroute2 import IPRoute, NetNS
+
         return IPRoute() if netns is None else NetNS(netns)
 
     if netns is not None and not netns.startswith("elastore-"):

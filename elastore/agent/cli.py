@@ -13,11 +13,13 @@ from typing import Any
 
 import click
 
-from elastore.cliutil import ElastoreGroup
+from elastore.cliutil import ElastoreGroup, need_extra
 from elastore.errors import ElastoreError
 
 #: --once measures over this long (or the window, if shorter)
 ONCE_WINDOW_S = 1.0
+#: --log-level's choices, the elastore logger's levels (the chart's agent.logLevel)
+LOG_LEVELS = ("debug", "info", "warning", "error")
 _SECONDS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m)?\s*$")
 
 
@@ -30,7 +32,7 @@ def _seconds(_ctx: click.Context, param: click.Parameter, value: str) -> float:
     return float(m.group(1)) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
 
 
-@click.group("agent", cls=ElastoreGroup)
+@click.group("agent", cls=ElastoreGroup, extra="agent")
 def agent_group() -> None:
     """The BwMan node agent: shapes each managed store pod's traffic with tc (HTB per pod,
     client and storage classes, both directions) at the split the operator publishes in
@@ -62,8 +64,9 @@ def _common(f: Any) -> Any:
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=9103,
               show_default=True, help="Port of /metrics and /healthz (0: off).")
 @click.option("--metrics-addr", default="0.0.0.0", show_default=True)
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info",
-              show_default=True, help="What the agent logs (every change it makes: info).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS), default="info",
+              show_default=True, help="The least severe level the agent logs (every "
+                                      "change it makes: info).")
 @click.option("--once", is_flag=True, help="One reconcile, print what it did and the "
                                            "interference readings (over 1 s) as JSON, exit "
                                            "(the shaping stays).")
@@ -98,6 +101,8 @@ def run_cmd(node: str, period_s: float, namespaces: tuple[str, ...], kubeconfig:
     """
     import logging
 
+    # all of the extra, now: pyroute2 is first imported at the first reconcile
+    need_extra("agent")
     from elastore.agent.agent import Agent, AgentMetrics, KubeReader, netlink_factory, serve
     from elastore.hubbub.probe import Probe
 

@@ -15,7 +15,7 @@ from elastore.lab.cassandra import lab
 from elastore.lab.host import lab_dir
 
 
-@click.group("lab", cls=ElastoreGroup)
+@click.group("lab", cls=ElastoreGroup, extra="lab")
 def lab_group() -> None:
     """Real Cassandra 5.0 nodes (Maven Central jars, Java 17) on 127.0.0.x inside the
     network namespace 'elastore-lab'. Needs root (network namespaces).

@@ -8,10 +8,10 @@ import click
 import numpy as np
 import pandas as pd
 
-from elastore.cliutil import WHEN, WHEN_END, ElastoreGroup, emit_json, log
+from elastore.cliutil import WHEN, WHEN_END, ElastoreGroup, emit_json, log, need_extra
 from elastore.errors import ElastoreError
 from elastore.predictor.evaluate import Scores, evaluate
-from elastore.predictor.registry import BASELINES, METHODS, parse_methods
+from elastore.predictor.registry import BASELINES, METHODS, NEEDS_EXTRA, parse_methods
 from elastore.traces.readers import builtin_trace_path, read_series
 
 
@@ -65,6 +65,8 @@ def evaluate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
           --horizon 1 --warmup-hours 336 --per-key
     """
     names = parse_methods(methods)
+    for extra in sorted({NEEDS_EXTRA[n] for n in names if n in NEEDS_EXTRA}):
+        need_extra(extra)  # now, not after the other methods ran
     coverages: list[float] = []
     if quantiles:
         try:

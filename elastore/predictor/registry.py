@@ -33,6 +33,8 @@ BASELINES: dict[str, Callable[[], Predictor]] = {
     # prorenata without its reactive correction (the ablation in docs/predictor.md)
     "prorenata-weighted": lambda: ProRenaTa(combine="weighted", correct=False),
 }
+#: the optional extra (pyproject.toml) a baseline needs beyond the package's dependencies
+NEEDS_EXTRA = {"mstl": "forecast", "mstl-log": "forecast"}
 
 
 def make(name: str) -> Predictor:

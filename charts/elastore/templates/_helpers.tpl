@@ -72,3 +72,33 @@ app.kubernetes.io/component: agent
 app.kubernetes.io/part-of: {{ .Chart.Name }}
 {{ include "elastore.commonLabels" . }}
 {{- end -}}
+
+{{- /*
+Pod annotations: a map with every value made a string (an annotation's value is one,
+whatever the values file's YAML made of it: true, 1).
+*/ -}}
+{{- define "elastore.annotations" -}}
+{{- $out := dict -}}
+{{- range $k, $v := . -}}
+{{- $_ := set $out $k (toString $v) -}}
+{{- end -}}
+{{ toYaml $out }}
+{{- end -}}
+
+{{- /*
+extraEnv: (list KEY ENV RESERVED), ENV a container's env list from the values at KEY, each
+entry with a name, none of them RESERVED (a variable the chart sets itself); rendered as is.
+*/ -}}
+{{- define "elastore.extraEnv" -}}
+{{- $key := index . 0 -}}
+{{- $reserved := index . 2 -}}
+{{- range (index . 1) -}}
+{{- if or (not (kindIs "map" .)) (not .name) -}}
+{{- fail (printf "%s: every entry needs a name, as in a container's env ({name: ..., value: ...}); got %v" $key .) -}}
+{{- end -}}
+{{- if eq (toString .name) $reserved -}}
+{{- fail (printf "%s: %s is set by the chart, not here" $key .name) -}}
+{{- end -}}
+{{- end -}}
+{{ toYaml (index . 1) }}
+{{- end -}}
