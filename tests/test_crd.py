@@ -22,7 +22,14 @@ from elastore.operator.spec import (
     parse,
     parse_duration,
 )
-from elastore.operator.specfields import BY_PATH, FIELDS, spec_schema
+from elastore.operator.specfields import (
+    BUILTIN_PERCENTILES,
+    BY_PATH,
+    FIELDS,
+    PERCENTILE_RULE,
+    spec_schema,
+    unknown_fields,
+)
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
 from elastore.resources import crd_path
 
@@ -142,7 +149,11 @@ def test_every_enum_value_parses_and_no_other() -> None:
     assert "spec.prediction.method" in enums and len(enums) >= 7
     for path, values in enums.items():
         for v in values:
-            parse(with_value(path, v))  # no SpecError
+            spec = with_value(path, v)
+            if path == "spec.slo.percentile" and v not in BUILTIN_PERCENTILES:
+                # a percentile the built-in model lacks needs a model fitted for it
+                spec["capacityModel"] = {"configMapRef": {"name": "models"}}
+            parse(spec)  # no SpecError
         with pytest.raises(SpecError) as err:
             parse(with_value(path, "not-a-value" if isinstance(values[0], str) else 42))
         assert err.value.where == path
@@ -243,3 +254,86 @@ def test_a_drifted_crd_fails_the_check(tmp_path: Path,
     assert crd.main(["--check", "--repo", str(tmp_path)]) == 1
     with pytest.raises(Exception, match="exactly one line"):
         crd.render(good.replace(crd.MARK, ""))
+
+
+# -- the SLO percentile (issue 41): refused at admission where it cannot be planned ---------
+def test_the_percentiles_are_the_models_and_the_default_is_the_built_in_profiles() -> None:
+    """The enum is the percentiles a model can be fitted for; the default, and the only
+    percentile a policy without a model of its own gets, is the one the shipped lab
+    profile's latencies are (read from the file, so the two cannot disagree)."""
+    from elastore.models.bundle import ModelSet
+    from elastore.models.capacity import PERCENTILES
+    from elastore.resources import builtin_model
+
+    node = dict(walk(schema()))["spec.slo.percentile"]
+    assert node["enum"] == list(PERCENTILES) == [95, 99]
+    lab = ModelSet.load(builtin_model("lab")).capacity.percentile
+    assert BUILTIN_PERCENTILES == (lab,) == (95,) and node["default"] == lab
+
+
+def test_the_crd_refuses_a_percentile_the_built_in_model_lacks_with_the_parsers_reason(
+        ) -> None:
+    """The CEL rule on spec (what kubectl apply prints) and the parser's error carry one
+    message: which percentile is supported without a model, why, and how to get another."""
+    rule, message = PERCENTILE_RULE
+    rules = {r["rule"]: r["message"] for r in schema()["x-kubernetes-validations"]}
+    assert rules.get(rule) == message
+    assert "self.slo.percentile in [95]" in rule and "self.capacityModel.configMapRef" in rule
+    assert message.startswith("slo.percentile 99 needs spec.capacityModel.configMapRef")
+    assert "holds p95 latencies only" in message and "elastore models fit --percentile 99" \
+        in message and "the supported percentile is 95" in message
+    with pytest.raises(SpecError) as err:
+        parse(with_value("spec.slo.percentile", 99))
+    assert err.value.where == "spec.slo.percentile" and err.value.message == message
+    learning = with_value("spec.slo.percentile", 99)
+    learning["capacityModel"] = {"learn": True, "priorScale": 0.5}  # still the built-in
+    with pytest.raises(SpecError, match="holds p95 latencies only"):
+        parse(learning)
+
+
+def test_a_p99_slo_with_a_model_of_its_own_is_admitted() -> None:
+    """A configMapRef names a model fitted for p99: admitted (a model fitted for another
+    percentile is the runtime's ModelError, with the fit command to run)."""
+    spec = with_value("spec.slo.percentile", 99)
+    spec["capacityModel"] = {"configMapRef": {"name": "model-p99"}}
+    p = parse(spec)
+    assert p.slo_percentile == 99 and p.model_configmap == "model-p99" and not p.learn
+    assert parse(MINIMAL).slo_percentile == 95
+    with pytest.raises(SpecError, match="must be one of 95, 99, got 90"):
+        parse(with_value("spec.slo.percentile", 90))
+
+
+# -- strict: the fields the schema does not declare ----------------------------------------
+def test_strict_names_every_unknown_field_by_its_path() -> None:
+    """As the API server's strict field validation: each unknown field's path, an array's
+    item by its index; the default parse (objects the API server already pruned) ignores
+    them."""
+    spec = copy.deepcopy(MINIMAL)
+    spec["prediction"] = {"horizn": "20m"}
+    spec["replica"] = 4
+    spec["behavior"] = {"scaleUp": {"policies": [
+        {"type": "Pods", "value": 1, "periodSeconds": 60},
+        {"type": "Pods", "value": 2, "periodSeconds": 60, "perod": 1}]}}
+    spec["metrics"]["prometheus"]["queries"] = {"laod": "sum(x)"}
+    want = ["spec.prediction.horizn", "spec.replica",
+            "spec.behavior.scaleUp.policies[1].perod",
+            "spec.metrics.prometheus.queries.laod"]
+    assert sorted(unknown_fields(spec)) == sorted(want)
+    with pytest.raises(SpecError) as err:
+        parse(spec, strict=True)
+    for path in want:
+        assert f'unknown field "{path}"' in err.value.message
+    assert parse(MINIMAL, strict=True).slo_latency_ms == 50
+    assert unknown_fields(MINIMAL) == []
+
+
+def test_strict_knows_every_declared_object_and_nothing_else() -> None:
+    """Below every object of the schema (array items aside) a field it declares passes and
+    one it does not is named: the walk and the schema cannot disagree."""
+    for path, node in walk(schema()):
+        if node.get("type") != "object" or "[]" in path or path == "spec":
+            continue
+        spec = with_value(f"{path}.notAField", 1)
+        assert unknown_fields(spec) == [f"{path}.notAField"], path
+        for child in node.get("properties") or {}:
+            assert unknown_fields(with_value(f"{path}.{child}", 1)) == [], f"{path}.{child}"

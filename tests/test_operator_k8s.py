@@ -120,6 +120,15 @@ INVALID = [
     ("zero latency", {"slo": {"latencyMs": 0}}, "spec.slo.latencyMs"),
     ("p90", {"slo": {"latencyMs": 50, "percentile": 90}},
      'spec.slo.percentile: Unsupported value: 90'),
+    # issue 41: the built-in model holds p95 only; p99 needs a model fitted for it (the
+    # parser's message: tests/test_crd.py)
+    ("p99 on the built-in model", {"slo": {"latencyMs": 50, "percentile": 99}},
+     "slo.percentile 99 needs spec.capacityModel.configMapRef, a model fitted for it "
+     "(elastore models fit --percentile 99): the built-in capacity model (the lab profile) "
+     "holds p95 latencies only, so without one the supported percentile is 95"),
+    ("p99 learning from the built-in model", {"slo": {"latencyMs": 50, "percentile": 99},
+                                              "capacityModel": {"learn": True}},
+     "slo.percentile 99 needs spec.capacityModel.configMapRef"),
     ("mode", {"mode": "Auto"}, "spec.mode: Unsupported value"),
     ("period too short", {"controlPeriod": "5s"}, "controlPeriod must be between 10s and 24h"),
     # issue 35, finding 8: bounds on every number and duration (tests/test_spec_bounds.py)
@@ -184,6 +193,12 @@ def test_the_api_server_rejects_invalid_policies_with_a_clear_message(
     assert spec["mode"] == "Recommend" and spec["controlPeriod"] == "10m"
     assert spec["migration"]["policy"] == "PreferClients"
     assert spec["target"]["nodetool"] == ["nodetool"]
+    # p99 with a model of its own (fitted for p99) is admitted
+    p99 = json.loads(policy("good-p99", ns, "cass"))
+    p99["spec"].update(slo={"latencyMs": 50, "percentile": 99},
+                       capacityModel={"configMapRef": {"name": "model-p99"}})
+    cp.kubectl("apply", "-f", "-", stdin=json.dumps(p99))
+    assert get(cp, "elasticpolicy", "good-p99", ns)["spec"]["slo"]["percentile"] == 99
 
 
 def test_recommend_mode_publishes_its_plan_and_changes_nothing_else(

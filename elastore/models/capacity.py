@@ -67,6 +67,8 @@ FORMAT = "elastore.capacity-model"
 VERSION = 1
 VERSION_EFFECT = 2  # a model whose interference axis is an effect g(i)
 SAMPLE_COLUMNS = ("read_rps", "write_rps", "migration_mibps", "interference", "p95_ms", "p99_ms")
+#: the latency percentiles a model can be fitted for (the samples' ``p95_ms``, ``p99_ms``)
+PERCENTILES: tuple[int, ...] = (95, 99)
 CLIP_X_SLO = 4.0
 SATURATED_X_SLO = 100.0  # latency of a saturated server, in SLOs (extrapolation's ceiling)
 BORDER_WIDTH = 0.5  # in ln(latency / SLO): samples within ~x1.6 of the SLO ...
@@ -573,8 +575,9 @@ def fit_capacity(samples: dict[str, FloatArray], slo_ms: float, percentile: int 
     """Fit the SLO-border model from profiling samples (one row per server-interval)."""
     from sklearn.ensemble import HistGradientBoostingRegressor
 
-    if percentile not in (95, 99):
-        raise ModelError(f"percentile must be 95 or 99, got {percentile}")
+    if percentile not in PERCENTILES:
+        raise ModelError(f"percentile must be one of {', '.join(map(str, PERCENTILES))}, "
+                         f"got {percentile}")
     if not slo_ms > 0:
         raise ModelError(f"the SLO must be > 0 ms, got {slo_ms}")
     read = np.asarray(samples["read_rps"], dtype=float)

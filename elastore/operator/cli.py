@@ -8,17 +8,17 @@ from typing import Any
 
 import click
 
-from elastore.cliutil import WHEN, ElastoreGroup, emit_json
+from elastore.cliutil import WHEN, ElastoreGroup, emit_json, need_extra
 from elastore.errors import ElastoreError
 
 
-@click.group("operator", cls=ElastoreGroup)
+@click.group("operator", cls=ElastoreGroup, extra="operator")
 def operator_group() -> None:
     """The Kubernetes operator for ElasticPolicy (kopf).
 
     \b
     Example:
-      kubectl apply -f charts/elastore/crds/        # the CRDs, once
+      elastore operator crd | kubectl apply -f -    # the CRDs, once
       elastore operator run --namespace storage     # Recommend mode by default
       kubectl get elasticpolicies -n storage
     """
@@ -83,6 +83,8 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
     """
     import shlex
 
+    # all of the extra, now: prometheus-api-client is first imported at a policy's first tick
+    need_extra("operator")
     import kopf
 
     from elastore.operator.runtime import DEFAULT_NODETOOLS, OperatorOptions, Runtime
@@ -122,16 +124,27 @@ def run_cmd(kubeconfig: Path | None, namespaces: tuple[str, ...], metrics_port: 
 
 
 @operator_group.command("crd")
-def crd_cmd() -> None:
-    """Print the ElasticPolicy CRD (kubectl apply -f -).
+@click.option("--policy-only", is_flag=True,
+              help="Only the ElasticPolicy CRD, not kopf's peering CRDs (which another kopf "
+                   "operator in the cluster may have installed already).")
+def crd_cmd(policy_only: bool) -> None:
+    """Print every CRD the chart installs (its crds/) as one multi-document YAML, for
+    kubectl apply -f -: ElasticPolicy, then kopf's ClusterKopfPeering and KopfPeering (the
+    replicas' leader election). Needs no extra.
+
+    Replicas that elect a leader (all but --standalone) also need the ClusterKopfPeering
+    object that `operator run --peering` names (default: elastore; the chart makes one per
+    release): apply it once its CRD is established (docs/install.md).
 
     \b
     Example:
       elastore operator crd | kubectl apply -f -
+      elastore operator crd --policy-only > elasticpolicies.yaml
     """
-    from elastore.resources import crd_path
+    from elastore.resources import crd_path, crd_paths
 
-    click.echo(crd_path().read_text(), nl=False)
+    texts = [p.read_text() for p in ([crd_path()] if policy_only else crd_paths())]
+    click.echo("---\n".join(t if t.endswith("\n") else f"{t}\n" for t in texts), nl=False)
 
 
 @operator_group.command("backtest")
@@ -180,18 +193,15 @@ def backtest_cmd(policy_file: Path, start: Any, end: Any, namespace: str | None,
         doc = yaml.safe_load(policy_file.read_text())
     except yaml.YAMLError as exc:
         raise ElastoreError(f"not YAML or JSON: {exc}", str(policy_file)) from None
-    if not isinstance(doc, dict):
-        raise ElastoreError("not an ElasticPolicy or a spec", str(policy_file))
-    spec_doc = doc.get("spec", doc) if doc.get("kind", "ElasticPolicy") == "ElasticPolicy" \
-        else None
-    if spec_doc is None:
-        raise ElastoreError(f"a {doc.get('kind')}, not an ElasticPolicy", str(policy_file))
-    ns = namespace or (doc.get("metadata") or {}).get("namespace") or "default"
+    spec_doc, doc_ns = backtest.policy_spec(doc, str(policy_file))
+    ns = namespace or doc_ns or "default"
     if url is not None:
         metrics = dict(spec_doc.get("metrics") or {})
         metrics["prometheus"] = {**(metrics.get("prometheus") or {}), "url": url}
         spec_doc = {**spec_doc, "metrics": metrics}
-    spec = parse(spec_doc)
+    # strict, as the API server's field validation: a misspelt field is refused, not
+    # silently left at its default
+    spec = parse(spec_doc, strict=True)
     if spec.prometheus is None:
         raise ElastoreError("the policy has no spec.metrics.prometheus (or give --prometheus)")
     if spec.prometheus.auth.any:
@@ -203,10 +213,13 @@ def backtest_cmd(policy_file: Path, start: Any, end: Any, namespace: str | None,
     models = ModelSet.load(path).for_slo(spec.slo_latency_ms, spec.slo_percentile)
     t0, t1 = float(start.timestamp()), float(end.timestamp())
     source = PrometheusSource(spec.prometheus, ns, spec.target.name)
+    base = "the built-in lab profile" if model_path is None else str(path)
     notes = [f"policy {policy_file} (namespace {ns}, target {spec.target.name}), "
              f"Prometheus {spec.prometheus.url}, every {spec.control_period_s:g} s",
-             f"capacity model {'the built-in lab profile' if model_path is None else path}"
-             + (" as it is (online learning is not replayed)" if spec.learn else ""),
+             (f"capacity model {base} x{spec.prior_scale:g} as the prior, learned online "
+              "from each period's per-node metrics as the operator does, from the prior at "
+              "--from (a learned model kept in the cluster is not read)") if spec.learn else
+             f"capacity model {base} as it is (spec.capacityModel.learn is false)",
              "interference-blind; the size at each period: the nodes serving requests"
              if replicas is None else f"interference-blind; a fixed size of {replicas}"]
 
@@ -219,15 +232,19 @@ def backtest_cmd(policy_file: Path, start: Any, end: Any, namespace: str | None,
                                replicas, progress)
     except ValueError as exc:
         raise ElastoreError(str(exc)) from None
-    if as_json:
-        emit_json({"notes": notes, "summary": backtest.summary(rows),
-                   "rows": [r.as_dict() for r in rows]})
-        return
-    for n in notes:
-        click.echo(f"# {n}")
-    click.echo(backtest.table(rows))
     s = backtest.summary(rows)
-    click.echo(f"# {s['periods']} periods: {s['decided']} decided, {s['failed']} without "
-               f"metrics; would scale out {s['scaleOuts']}x, in {s['scaleIns']}x; SLO at "
-               f"risk in {s['sloAtRisk']}")
+    if as_json:
+        emit_json({"notes": notes, "summary": s, "rows": [r.as_dict() for r in rows]})
+    else:
+        for n in notes:
+            click.echo(f"# {n}")
+        click.echo(backtest.table(rows))
+        click.echo(f"# {s['periods']} periods: {s['decided']} decided, {s['failed']} without "
+                   f"a decision; would scale out {s['scaleOuts']}x, in {s['scaleIns']}x"
+                   + (f" ({s['scaleInsHeld']} held: the learned model not yet confident)"
+                      if s["scaleInsHeld"] else "")
+                   + f"; SLO at risk in {s['sloAtRisk']}")
     sys.stdout.flush()
+    why = backtest.nothing_decided(rows)
+    if why is not None:  # the rows are printed; the exit says the replay judged nothing
+        raise ElastoreError(why)

@@ -20,7 +20,13 @@ from elastore.models.storage import StorageConfig
 from elastore.operator.fielddecl import ABSENT, span
 from elastore.operator.presets import DEFAULT_PRESET, PRESETS, QUERY_NAMES, default_preset
 from elastore.operator.skew import SkewSettings
-from elastore.operator.specfields import declared, default
+from elastore.operator.specfields import (
+    BUILTIN_PERCENTILES,
+    PERCENTILE_RULE,
+    declared,
+    default,
+    unknown_fields,
+)
 from elastore.planner.behavior import Behavior, ScalingPolicy, ScalingRules
 from elastore.predictor.registry import DEFAULT_METHOD
 from elastore.stores.cassandra import spec as cassandra_spec
@@ -635,11 +641,18 @@ def _fallback(f: Any) -> tuple[int, str]:
     return n, _read(f, "spec.fallback.behavior")
 
 
-def parse(spec: Any) -> PolicySpec:
+def parse(spec: Any, strict: bool = False) -> PolicySpec:
     """Defaults applied, every rule of the CRD checked again; :class:`SpecError` names the
-    first field at fault."""
+    first field at fault. ``strict``: a field the schema does not declare is an error too,
+    every such field named (:func:`~elastore.operator.specfields.unknown_fields`), as the
+    API server's strict field validation refuses it; for a spec read from a file (the
+    objects the operator reads went through the API server, which kept none)."""
     if not isinstance(spec, dict):
         raise SpecError("the spec must be an object", "spec")
+    if strict and (unknown := unknown_fields(spec)):
+        raise SpecError(", ".join(f'unknown field "{p}"' for p in unknown) + " (the "
+                        "ElasticPolicy schema has no such field: misspelt? kubectl "
+                        "explain elasticpolicy.spec lists them)", "spec")
     t = spec.get("target")
     if not isinstance(t, dict):
         raise SpecError("is required", "spec.target")
@@ -677,10 +690,12 @@ def parse(spec: Any) -> PolicySpec:
     if not isinstance(slo, dict):
         raise SpecError("is required", "spec.slo")
     latency = _read(slo, "spec.slo.latencyMs")
-    pct = int(_num(slo.get("percentile", default("spec.slo.percentile")), "spec.slo.percentile",
-                   integer=True))
-    if pct not in (95, 99):
-        raise SpecError(f"must be 95 or 99, got {pct}", "spec.slo.percentile")
+    pct = int(_number(slo.get("percentile", default("spec.slo.percentile")),
+                      "spec.slo.percentile"))
+    percentiles = declared("spec.slo.percentile").enum or ()
+    if pct not in percentiles:
+        raise SpecError(f"must be one of {', '.join(map(str, percentiles))}, got {pct}",
+                        "spec.slo.percentile")
     period = _seconds(spec, "spec.controlPeriod")
     mode = _read(spec, "spec.mode")
     pred = spec.get("prediction") or {}
@@ -708,6 +723,9 @@ def parse(spec: Any) -> PolicySpec:
     overhead = _read(mig, "spec.migration.nodeOverheadSeconds")
     cmodel = spec.get("capacityModel") or {}
     cm = _get(cmodel, "configMapRef", None, "spec.capacityModel")
+    if pct not in BUILTIN_PERCENTILES and cm is None:
+        # the built-in model holds one percentile's latencies; never read as another's
+        raise SpecError(PERCENTILE_RULE[1], "spec.slo.percentile")
     learn = cmodel.get("learn", cm is None)
     if not isinstance(learn, bool):
         raise SpecError(f"must be true or false, got {learn!r}", "spec.capacityModel.learn")

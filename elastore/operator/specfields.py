@@ -16,8 +16,10 @@ lists its fields by their paths; ``required=True`` puts a field in its parent's 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from elastore.models.capacity import PERCENTILES
 from elastore.models.storage import COMPACTION_HEADROOM, DEFAULT_COMPACTION
 from elastore.operator.fielddecl import ABSENT, DURATION, F, span
 from elastore.operator.presets import PRESETS
@@ -26,6 +28,7 @@ from elastore.operator.skew import READ_SPREADS as SKEW_SPREADS
 from elastore.planner.behavior import MAX_PERIOD_S
 from elastore.planner.bwman import BwManConfig
 from elastore.predictor.registry import DEFAULT_METHOD, METHODS
+from elastore.resources import builtin_model
 from elastore.stores.cassandra import spec as cassandra_spec
 from elastore.stores.registry import store_names, target_kinds
 from elastore.stores.swift import spec as swift_spec
@@ -35,6 +38,39 @@ def _key_ref(path: str) -> tuple[F, ...]:
     """The ``name`` and ``key`` of a Secret or ConfigMap key the object ``path`` names."""
     return (F(f"{path}.name", "string", min_length=1, max_length=253, required=True),
             F(f"{path}.key", "string", min_length=1, max_length=253, required=True))
+
+
+def _builtin_percentiles() -> tuple[int, ...]:
+    """The SLO percentiles a policy without a model of its own can be planned for: the one
+    whose latencies the built-in lab profile holds (read from the file itself, so that this
+    can never disagree with it). A capacity table holds one percentile's latencies; the
+    operator never reads one percentile's as another's."""
+    doc = json.loads(builtin_model("lab").read_text())
+    return (int(doc["capacity"]["slo"]["percentile"]),)
+
+
+#: the SLO percentiles the built-in lab profile plans for; any other of :data:`PERCENTILES`
+#: needs ``spec.capacityModel.configMapRef`` (a model fitted for it)
+BUILTIN_PERCENTILES = _builtin_percentiles()
+
+
+def _percentile_rule() -> tuple[str, str]:
+    """The CEL rule (and its message) that refuses an SLO percentile the built-in model does
+    not hold unless the policy names a model of its own; :func:`elastore.operator.spec.parse`
+    raises the same message."""
+    builtin = ", ".join(str(p) for p in BUILTIN_PERCENTILES)
+    others = " or ".join(str(p) for p in PERCENTILES if p not in BUILTIN_PERCENTILES)
+    rule = (f"!has(self.slo.percentile) || self.slo.percentile in [{builtin}] || "
+            "(has(self.capacityModel) && has(self.capacityModel.configMapRef))")
+    message = (f"slo.percentile {others} needs spec.capacityModel.configMapRef, a model "
+               f"fitted for it (elastore models fit --percentile {others}): the built-in "
+               f"capacity model (the lab profile) holds p{builtin} latencies only, so "
+               f"without one the supported percentile is {builtin}")
+    return rule, message
+
+
+#: see :func:`_percentile_rule`
+PERCENTILE_RULE = _percentile_rule()
 
 
 def _policies(path: str) -> tuple[F, ...]:
@@ -64,6 +100,7 @@ FIELDS: tuple[F, ...] = (
             "the next")),
           ("duration(self.planner.lookahead) >= duration(self.prediction.horizon)",
            "planner.lookahead must be >= prediction.horizon"),
+          PERCENTILE_RULE,
           (("!has(self.interference) || !has(self.interference.enabled) || "
             "!self.interference.enabled || has(self.metrics)"),
            ("interference.enabled: true needs spec.metrics.prometheus (the index is read "
@@ -99,7 +136,12 @@ FIELDS: tuple[F, ...] = (
     F("spec.replicas.min", "integer", minimum=1, maximum=1000, required=True),
     F("spec.replicas.max", "integer", minimum=1, maximum=1000, required=True),
     F("spec.slo", "object", required=True),
-    F("spec.slo.percentile", "integer", enum=(95, 99), default=95),
+    F("spec.slo.percentile", "integer",
+      enum=PERCENTILES,
+      default=BUILTIN_PERCENTILES[0],
+      doc=("the latency percentile the SLO bounds. Without spec.capacityModel.configMapRef "
+           f"only {', '.join(map(str, BUILTIN_PERCENTILES))} (the built-in lab profile's); "
+           "another needs a model fitted for it (elastore models fit --percentile)")),
     F("spec.slo.latencyMs", "number", open_min=True, minimum=0, maximum=600000, required=True),
     F("spec.controlPeriod", "string",
       default="10m",
@@ -525,6 +567,30 @@ def default(path: str) -> Any:
     if v is ABSENT:
         raise KeyError(f"{path} has no default")
     return list(v) if isinstance(v, tuple) else dict(v) if isinstance(v, dict) else v
+
+
+def unknown_fields(obj: Any, decl: str = "spec", shown: str | None = None) -> list[str]:
+    """The path of every field of ``obj`` (the object at the declared path ``decl``, as
+    written) that the schema does not declare: ``spec.prediction.horizn``, an array's item
+    as ``spec.behavior.scaleUp.policies[0].typ``. What the API server's strict field
+    validation refuses (``kubectl apply`` says ``unknown field "<path>"``); a value of the
+    wrong type is left to the parse, which names it."""
+    at = decl if shown is None else shown
+    f = BY_PATH[decl]
+    out: list[str] = []
+    if f.extra.get("x-kubernetes-preserve-unknown-fields") or "additionalProperties" in f.extra:
+        return out  # a map or free-form object: any key is the schema's
+    if f.type == "object" and isinstance(obj, dict):
+        for k, v in obj.items():
+            child = f"{decl}.{k}"
+            if child in BY_PATH:
+                out.extend(unknown_fields(v, child, f"{at}.{k}"))
+            else:
+                out.append(f"{at}.{k}")
+    elif f.type == "array" and isinstance(obj, list) and decl + "[]" in BY_PATH:
+        for i, v in enumerate(obj):
+            out.extend(unknown_fields(v, decl + "[]", f"{at}[{i}]"))
+    return out
 
 
 def _schema(f: F) -> dict[str, Any]:
