@@ -264,7 +264,10 @@ def test_fallback_freeze_and_current_replicas_if_higher(
             status(cp, ns), "Fallback").get("reason") == "Healthy", 90)
         assert status(cp, ns).get("fallback") is None
         assert "FallbackEnded" in reasons(cp, ns)
-    wait_until("freeze follows the plan again: 4", lambda: replicas(cp, freeze) == 4, 120)
+    # (at least 4: after a gap the forecast's quantiles are wide again and the plan may
+    # add the next nodes a period apart; CI saw 4 for 11 s, gone before the poll came)
+    wait_until("freeze follows the plan again: a scale-out",
+               lambda: replicas(cp, freeze) >= 4, 120)
 
 
 def test_behavior_limits_scale_out_to_one_node_per_hour(
