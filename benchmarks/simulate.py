@@ -15,10 +15,14 @@
    violations <= 1 % in all, U(100) <= 1.10x at 50 GiB 600 s/h in all 29), and
    perfect-forecast on each replay that misses one: how much of the gap is the forecast's.
 
+The replays' cluster cleans up after each join, as ``elastore simulate`` does since issue
+41; ``--no-cleanup`` runs the reference text's cluster, on which every replay cached before
+it ran (their cache keys are unchanged, a cleanup replay's carry "cleanup").
+
 Results are cached in benchmarks/.simulate-cache.json (delete it to rerun everything);
 runs use every core. Usage:
     .venv/bin/python benchmarks/simulate.py [--model lab|placeholder|FILE] [--windows N]
-        [--sections 1,2,3,4]
+        [--sections 1,2,3,4] [--no-cleanup]
 """
 
 from __future__ import annotations
@@ -49,9 +53,12 @@ def windows(n: int) -> list[str]:
     return [DEFAULT, *starts[:n]]
 
 
-def job(args: tuple[str, str, float, int, float, tuple[str, ...]]) -> dict[str, Any]:
-    """One replay: (model, start, data GiB, hour seconds, penalty, controllers)."""
-    model, start, gib, hour_s, penalty, controllers = args
+def job(args: tuple[Any, ...]) -> dict[str, Any]:
+    """One replay: (model, start, data GiB, hour seconds, penalty, controllers), and
+    "cleanup" after them for the cluster that cleans up after each join (the default of
+    ``elastore simulate``; without it, the reference text's cluster, as every replay cached
+    before issue 41 ran)."""
+    model, start, gib, hour_s, penalty, controllers, *physics = args
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     from elastore.models.bundle import ModelSet
     from elastore.sim.cli import PEAK_SERVERS, model_choice
@@ -62,7 +69,8 @@ def job(args: tuple[str, str, float, int, float, tuple[str, ...]]) -> dict[str, 
     ms = ModelSet.load(path)
     peak = 7000.0 if model == "placeholder" else round(
         PEAK_SERVERS * float(ms.capacity.capacity(0.95, 0.0, 0.0)), -1)
-    cfg = SimConfig(peak_rps=peak, data_gib=gib, hour_seconds=float(hour_s), penalty=penalty)
+    cfg = SimConfig(peak_rps=peak, data_gib=gib, hour_seconds=float(hour_s), penalty=penalty,
+                    cleanup="cleanup" in physics)
     series = read_series(builtin_trace_path()).cleaned()
     s = pd.Timestamp(start)
     # the default window is the main job's (03-08 .. 03-22, both whole); the others are
@@ -80,6 +88,14 @@ def job(args: tuple[str, str, float, int, float, tuple[str, ...]]) -> dict[str, 
 
 #: ``--cached-only``: report what the cache holds, run nothing (a sweep still under way)
 CACHED_ONLY = False
+#: ``--no-cleanup`` clears it: the replays' cluster cleans up after each join
+CLEANUP = True
+
+
+def J(*j: Any) -> tuple[Any, ...]:
+    """A job, with the physics it runs on (the cache keys of the reference cluster are the
+    six fields alone)."""
+    return (*j, "cleanup") if CLEANUP else j
 
 
 def run_all(jobs: list[tuple[Any, ...]]) -> dict[str, Any]:
@@ -108,7 +124,7 @@ def ok(flag: bool) -> str:
 
 
 def section_default(model: str, all_ctrl: tuple[str, ...]) -> None:
-    j = (model, DEFAULT, 50.0, 600, 100.0, all_ctrl)
+    j = J(model, DEFAULT, 50.0, 600, 100.0, all_ctrl)
     res = run_all([j])[key(*j)]
     print(f"### Default run ({DEFAULT} .. +2 weeks, 50 GiB, 600 s/h, penalty 100)\n")
     print(f"{len(all_ctrl)} controllers in {res['seconds']:.1f} s [target < 60 s: "
@@ -124,7 +140,7 @@ def section_default(model: str, all_ctrl: tuple[str, ...]) -> None:
 
 
 def section_scale(model: str, starts: list[str]) -> None:
-    jobs = [(model, s, float(g), hs, 100.0, tuple(SCALE_SET))
+    jobs = [J(model, s, float(g), hs, 100.0, tuple(SCALE_SET))
             for hs in SPEEDS for g in SIZES for s in starts]
     res = run_all(jobs)
     print("### Production scale: prorenata against optimal and static-peak (penalty 100)\n")
@@ -137,7 +153,7 @@ def section_scale(model: str, starts: list[str]) -> None:
     print("|---:|---:|---|---|---|---|---|")
     for hs in SPEEDS:
         for g in SIZES:
-            rows = [res[key(model, s, float(g), hs, 100.0, SCALE_SET)]["controllers"]
+            rows = [res[key(*J(model, s, float(g), hs, 100.0, SCALE_SET))]["controllers"]
                     for s in starts]
             ratio = [r["prorenata"]["vm_hours"] / r["optimal"]["vm_hours"] for r in rows]
             under = [r["prorenata"]["vm_hours"] <= r["static-peak"]["vm_hours"] for r in rows]
@@ -154,7 +170,7 @@ def section_decomposition(model: str, starts: list[str]) -> None:
     """Issue 40: the targets over all 290 replays, and where prorenata misses one, how much
     of its gap to optimal is the forecast's: perfect-forecast (the same loop and planner
     given the true future) is run on exactly those replays."""
-    jobs = [(model, s, float(g), hs, 100.0, tuple(SCALE_SET))
+    jobs = [J(model, s, float(g), hs, 100.0, tuple(SCALE_SET))
             for hs in SPEEDS for g in SIZES for s in starts]
     got = run_all(jobs)
     jobs = [j for j in jobs if key(*j) in got]  # all of them, unless --cached-only
@@ -183,7 +199,7 @@ def section_decomposition(model: str, starts: list[str]) -> None:
     missed = [j for j in jobs if vm[j] > 1.10 or viol[j] > 1.0 or uq.get(j, 0.0) > 1.10]
     if not missed:
         return
-    pf = {j: (model, j[1], j[2], j[3], 100.0, ("perfect-forecast",)) for j in missed}
+    pf = {j: J(model, j[1], j[2], j[3], 100.0, ("perfect-forecast",)) for j in missed}
     pres = run_all(list(pf.values()))
     missed = [j for j in missed if key(*pf[j]) in pres]
     print("Where prorenata misses a target, perfect-forecast on the same replay: its gap to "
@@ -206,14 +222,14 @@ def section_decomposition(model: str, starts: list[str]) -> None:
 
 def section_penalty(model: str, starts: list[str], all_ctrl: tuple[str, ...]) -> None:
     from elastore.sim.controllers import FORESIGHT
-    jobs = [(model, s, 50.0, 600, float(p), all_ctrl) for p in PENALTIES for s in starts]
+    jobs = [J(model, s, 50.0, 600, float(p), all_ctrl) for p in PENALTIES for s in starts]
     res = run_all(jobs)
     print("### Penalties: U(P) = VM-hours + P x violation-hours (50 GiB, 600 s/h)\n")
     print("| P | prorenata U (default) | optimal U | ratio (default; worst) | <= 1.10x | "
           "lowest but those given the true future | best other (default) |")
     print("|---:|---:|---:|---|---|---|---|")
     for p in PENALTIES:
-        rows = [res[key(model, s, 50.0, 600, float(p), all_ctrl)]["controllers"]
+        rows = [res[key(*J(model, s, 50.0, 600, float(p), all_ctrl))]["controllers"]
                 for s in starts]
 
         def u(r: dict[str, Any], n: str, p: int = p) -> float:
@@ -264,10 +280,14 @@ def main() -> None:
                     help="replay speeds (s per trace hour) of sections 2 and 5")
     ap.add_argument("--cached-only", action="store_true",
                     help="report only the replays the cache holds; run nothing")
+    ap.add_argument("--no-cleanup", action="store_true",
+                    help="the reference text's cluster: no cleanup after a join (the "
+                         "replays cached before issue 41)")
     args = ap.parse_args()
-    global CACHED_ONLY
-    CACHED_ONLY = args.cached_only
+    global CACHED_ONLY, CLEANUP
+    CACHED_ONLY, CLEANUP = args.cached_only, not args.no_cleanup
     SPEEDS = tuple(int(x) for x in args.speeds.split(","))
+    print(f"physics: {'cleanup after each join' if CLEANUP else 'no cleanup (--no-cleanup)'}")
     from elastore.sim.controllers import CONTROLLERS
 
     sections = {int(x) for x in args.sections.split(",")}

@@ -244,7 +244,10 @@ def test_optimal_is_what_the_replay_measures_and_a_lower_bound(series, ms, penal
 def test_the_operator_itself_runs_in_the_simulator(series, ms) -> None:  # type: ignore[no-untyped-def]
     """The 'operator' controller runs the operator's runner on the simulated cluster: it
     follows the day up and down, one node at a time, never removing a node that still
-    holds data, and lands near the simulator's prorenata (the same loop)."""
+    holds data, and lands near the simulator's prorenata (the same loop). On the reference
+    text's cluster (no cleanup): with its cleanup at f() (the throttle in force, a few
+    MiB/s here) a scale-in waits hours of replay for 50 GiB to be rewritten, longer than
+    this day (test_sim_cleanup.py follows the operator's cleanups)."""
     from elastore.sim import controllers
 
     kubes = []
@@ -257,7 +260,8 @@ def test_the_operator_itself_runs_in_the_simulator(series, ms) -> None:  # type:
     i0, h = locate(series, "2009-03-09", "2009-03-09 23:00")
     controllers.OperatorController.attach = keep  # type: ignore[method-assign]
     try:
-        res = simulate(series, i0, h, ["operator", "prorenata"], ms, SimConfig(), "test")
+        res = simulate(series, i0, h, ["operator", "prorenata"], ms, SimConfig(cleanup=False),
+                       "test")
     finally:
         controllers.OperatorController.attach = attach  # type: ignore[method-assign]
     op = res.runs["operator"]
@@ -306,12 +310,15 @@ def test_learning_online_in_the_simulator_through_both_paths(series, ms) -> None
 def test_long_migrations_neither_ratchet_nor_cost_more_than_the_peak(series) -> None:  # type: ignore[no-untyped-def]
     """1000 GiB on the lab profile: a node takes hours of migration. The window scheduler
     ratchets up (it never fits a decommission in a window); the horizon planner stays
-    within what the peak needs, scales back in, and costs less than holding the peak."""
+    within what the peak needs, scales back in, and costs less than holding the peak.
+    On the reference text's cluster: with the cleanup after each join (1000 GiB at the
+    throttle in force, days of replay at 600 s/h) no scale-in could follow within the
+    six days."""
     from elastore.sim.cli import LAB_MODEL, PEAK_SERVERS
 
     lab = ModelSet.load(LAB_MODEL)
     cfg = SimConfig(data_gib=1000.0, peak_rps=round(
-        PEAK_SERVERS * float(lab.capacity.capacity(0.95, 0.0, 0.0)), -1))
+        PEAK_SERVERS * float(lab.capacity.capacity(0.95, 0.0, 0.0)), -1), cleanup=False)
     i0, h = locate(series, "2009-03-08", "2009-03-13 23:00")
     res = simulate(series, i0, h, ["prorenata", "prorenata-window", "static-peak"], lab, cfg,
                    "test")

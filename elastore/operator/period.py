@@ -310,9 +310,13 @@ class ControlPeriod:
         view, said = self._bytes(spec, source, t, replicas, now)
         # the skew as this period sees it: status.skew, the gauges, and the planner's view
         seen = self._skew(t, spec, source, snap, op is not None) if t is not None else None
+        # the cleanup under way: the old nodes from the one being cleaned on, of D in all
+        left = 0.0
+        if op is not None and op.phase == "CleaningUp" and op.from_replicas > 0:
+            left = (op.from_replicas - (op.cleanup_ordinal or 0)) / op.from_replicas
         decision = policyloop.decide(spec, snap, replicas, models, memory, running,
                                   interference=reading.index or 0.0, storage=view, skew=seen,
-                                  warm=self.warm)
+                                  warm=self.warm, cleanup_left=left)
         if t is not None:
             t.planned_with, t.interference_index = models, reading.index or 0.0
             t.out["storage"] = _storage_status(said, view, decision)

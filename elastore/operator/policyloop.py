@@ -130,7 +130,7 @@ def planner_config(spec: PolicySpec) -> PlannerConfig:
         mode="horizon" if spec.planner_mode == "Horizon" else "window",
         lookahead_s=spec.lookahead_s, penalty=spec.violation_penalty,
         # BwMan's split of each node's link, when the policy gives its total
-        total_bandwidth_mbit=spec.node_mbit)
+        total_bandwidth_mbit=spec.node_mbit, cleanup=spec.cleanup)
 
 
 def policy_loop(spec: PolicySpec, models: ModelSet) -> PolicyLoop:
@@ -296,21 +296,26 @@ def storage_view(spec: PolicySpec, disk: DiskReading, volume_bytes: float, repli
 def decide(spec: PolicySpec, snap: Snapshot, replicas: int, models: ModelSet,
            memory: Memory, operation: Operation | None = None,
            interference: float = 0.0, storage: StorageView | None = None,
-           skew: SkewView | None = None, warm: WarmForecast | None = None) -> Decision:
+           skew: SkewView | None = None, warm: WarmForecast | None = None,
+           cleanup_left: float = 0.0) -> Decision:
     """One step of the policy loop for the period that starts at the snapshot's time
     (``storage``: the bytes too). ``skew``: this period's skew view
     (:class:`elastore.operator.skew.SkewView`: per-pod loads and shares, the ring and the
     hot keys when sampled; None with ``spec.skew.mode: Off``): the planner sizes for the
     busiest node when the imbalance passes ``spec.skew.imbalanceThreshold``
     (:func:`elastore.operator.skew.load_skew`). ``warm``: the policy's kept forecast
-    (:class:`WarmForecast`)."""
+    (:class:`WarmForecast`). ``cleanup_left``: a scale-out's cleanup under way (its node
+    serving, no ``operation``): the share of the data its old nodes still have to
+    rewrite."""
     sized, _ = load_skew(skew, spec.skew, spec.max_replicas)
+    data = snap.data_bytes if math.isfinite(snap.data_bytes) or storage is None \
+        else storage.total_bytes
     observed = Observed(now_s=snap.at_s, replicas=replicas, load_rps=snap.load_rps,
-                        read_ratio=snap.read_ratio,
-                        data_bytes=snap.data_bytes if math.isfinite(snap.data_bytes) or
-                        storage is None else storage.total_bytes,
+                        read_ratio=snap.read_ratio, data_bytes=data,
                         interference=interference, operation=operation, storage=storage,
-                        load_skew=sized)
+                        load_skew=sized,
+                        cleanup_left_bytes=max(0.0, cleanup_left) * data
+                        if math.isfinite(data) else 0.0)
     return policy_loop(spec, models).step(memory, observed, forecast(spec, snap, warm))
 
 

@@ -91,7 +91,9 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
     dt = cfg.step_s
     steps = max(1, math.ceil(cfg.lookahead_s / dt))
     # an operation in progress is never contradicted: plan from its outcome, after it ends
+    # (a scale-out's cleanup, its node serving: from now, in the cleanup)
     n0, s0 = obs.replicas, 0
+    cleaning = obs.cleanup_left_bytes if obs.operation is None else 0.0
     if obs.operation is not None:
         n0 = obs.operation.to_replicas
         s0 = min(steps - 1, max(0, math.ceil((obs.operation.expected_end_s - obs.now_s) / dt)))
@@ -121,7 +123,7 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
     ns = np.arange(n_lo, n_hi + 1)
     busiest = skew.factors(ns) if skew is not None else np.ones(len(ns))
     h = _tables(cap, mig, median, scen, weights, r, i, dt, cfg.node_overhead_s,
-                moved_bytes, n_lo, n_hi, limit, busiest)
+                moved_bytes, n_lo, n_hi, limit, busiest, cfg.cleanup)
     dt_h = dt / 3600
     floor = _floor(obs, cfg, times)
 
@@ -132,7 +134,8 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
         # the data still growing, the bytes of the horizon's last step)
         terminal = TAIL * (steps - s0) * dt_h * (ns + cfg.penalty * hz.idle_violates.mean(axis=1)
                                                  + hz.disk_penalty * d_idle[:, -1])
-        sched = cheapest(hz, n0, cfg.penalty, terminal=terminal, floor=floor)
+        sched = cheapest(hz, n0, cfg.penalty, terminal=terminal, floor=floor,
+                         cleaning_bytes=cleaning if hz.clean_bytes is not None else 0.0)
         k = n0 - n_lo
         hold = float(np.sum(dt_h * (n0 + cfg.penalty * hz.idle_violates[k]
                                     + hz.disk_penalty * d_idle[k])) + terminal[k])
@@ -144,7 +147,7 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
         # what the mean node alone would want: the skew binds when it buys more
         blind, _ = solve(_tables(cap, mig, median, scen, weights, r, i, dt,
                                  cfg.node_overhead_s, moved_bytes, n_lo, n_hi, limit,
-                                 np.ones(len(ns))))
+                                 np.ones(len(ns)), cfg.cleanup))
         if np.any(_servers(sched, len(times)) > _servers(blind, len(times))):
             bytes_plan["binding"] = "skew"
     if skew is not None:
@@ -173,6 +176,8 @@ def _with_disk(h: Horizon, view: StorageView, cfg: PlannerConfig, totals: FloatA
     n = np.arange(h.n_lo, h.n_hi + 1, dtype=float)
     cleanup = np.asarray([math.ceil(view.config.cleanup_s(moved_bytes * view.skew / k)
                                     / h.step_s - 1e-9) for k in n], dtype=np.int64)
+    if h.clean_bytes is not None:  # the cleanup is a state of its own, with its disk table
+        cleanup[:] = 0
     idle, add, rem = disk_tables(n, totals, weights, view.skew, view.budget_bytes(), cleanup)
     return replace(h, disk_idle=idle, disk_add=add, disk_remove=rem,
                    disk_penalty=DISK_PENALTY_FACTOR * max(cfg.penalty, 1.0))
@@ -228,9 +233,13 @@ def _bytes(view: StorageView, obs: Observation, cfg: PlannerConfig, times: Float
 def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: FloatArray,
             weights: FloatArray, r: float, i: float, dt: float, boot_s: float,
             data_bytes: float, n_lo: int, n_hi: int, limit: float,
-            busiest: FloatArray | None = None) -> Horizon:
+            busiest: FloatArray | None = None, cleanup: bool = False) -> Horizon:
     """Rates at the median load; violation probabilities over the weighted scenarios, for
-    the busiest node (``busiest``: its load over the mean at each size; 1: the mean)."""
+    the busiest node (``busiest``: its load over the mean at each size; 1: the mean).
+    ``cleanup``: each join is followed by the old nodes' cleanup, D at f() (the throttle in
+    force once the node has joined, whatever rule moved its data: the operator throttles
+    the cleanup to it), one node in n rewriting (never less likely to violate than idle),
+    no removal meanwhile."""
     ns = np.arange(n_lo, n_hi + 1, dtype=float)[:, None]  # (N, 1)
     hot = (np.ones(len(ns)) if busiest is None else np.asarray(busiest, dtype=float))[:, None]
     # migrations are timed at the rate the upper scenarios allow: BwMan slows a migration
@@ -259,12 +268,24 @@ def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: F
                                             i), limit)
     fast_rem_v = (w * over_f).sum(axis=0)
     n = ns[:, 0]
-    return Horizon(step_s=dt, n_lo=n_lo, idle_violates=idle,
-                   rules=(RateRule("bwman", add, add_v, rem, rem_v),
-                          RateRule("fast", fast, fast_add_v, fast, fast_rem_v)),
+    rules: tuple[RateRule, ...] = (RateRule("bwman", add, add_v, rem, rem_v),
+                                   RateRule("fast", fast, fast_add_v, fast, fast_rem_v))
+    clean_bytes = None
+    if cleanup:
+        lat_idle = cap.latency_ms(lps, r, 0.0, i)
+
+        def cleaning(rate: FloatArray) -> FloatArray:
+            over_c = mixture_exceeds(cap.latency_ms(lps, r, rate[None], i), 1.0 / ns[None],
+                                     lat_idle, limit) | (lat_idle > limit)
+            return np.asarray((w * over_c).sum(axis=0))
+
+        at_f = cleaning(add)
+        rules = tuple(replace(rule, clean_mibps=add, clean_violates=at_f) for rule in rules)
+        clean_bytes = np.full(len(n), data_bytes)
+    return Horizon(step_s=dt, n_lo=n_lo, idle_violates=idle, rules=rules,
                    boot_steps=max(0, math.ceil(boot_s / dt - 1e-9)),
                    add_bytes=data_bytes / n - data_bytes / (n + 1),
-                   remove_bytes=data_bytes / n)
+                   remove_bytes=data_bytes / n, clean_bytes=clean_bytes)
 
 
 def _floor(obs: Observation, cfg: PlannerConfig, times: FloatArray) -> IntArray | None:

@@ -80,6 +80,7 @@ class Observed:
     operation: Operation | None = None  # a topology change under way
     storage: StorageView | None = None  # the bytes (None: sized for the load only)
     load_skew: LoadSkew | None = None  # the busiest node (None: sized for the mean node)
+    cleanup_left_bytes: float = 0.0  # a scale-out's cleanup under way: what is left of it
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,8 @@ class PolicyLoop:
                           data_bytes=observed.data_bytes, interference=observed.interference,
                           predicted_now_rps=predicted_now, operation=observed.operation,
                           recent_desired=memory.recent_desired, path=forecast.path,
-                          storage=observed.storage, load_skew=observed.load_skew)
+                          storage=observed.storage, load_skew=observed.load_skew,
+                          cleanup_left_bytes=observed.cleanup_left_bytes)
         p = plan(obs, cfg, self.models)
         actions = tuple(PlannedAction(a.at_s, a.replicas, a.source, a.reason, a.rate_mibps)
                         for a in p.actions)

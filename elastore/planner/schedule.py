@@ -13,11 +13,24 @@ where a step bills every node that exists (a joining node from its first boot st
 leaving node until it has handed everything over) and violates when the :class:`Horizon`
 says the latency of that step, in that state, is over the SLO.
 
+With a cleanup (``Horizon.clean_bytes``, the operator's ``spec.scaleUp.cleanup``), a join
+is followed by ``nodetool cleanup`` on the old nodes in turn: ``clean_bytes`` rewritten at
+the rule's cleanup rate, the cluster serving meanwhile (billed as it is, violating where
+the horizon says a cleanup step does, never less than idle). No removal starts before it
+has ended; a further addition may start at any of its steps and supersedes it (that
+join's own cleanup covers every old node again).
+
 :func:`cheapest` finds the schedule of least U by dynamic programming over (step, servers)
 states, backwards in time: a state's value is the least of staying, adding and removing,
 each followed by the value of the state it leads to. With K move options, N server counts
 and T steps it costs O(K N T) time and memory, and it is exact for the physics the Horizon
-describes: no heuristic, no solver tolerance.
+describes: no heuristic, no solver tolerance. A cleanup adds one state per (step, servers),
+"just joined": its value is the least of running the cleanup to its end (then idle) and
+cleaning until some step j, then adding. The second is a minimum over j of a prefix sum
+plus the add's value; over every j >= the step, not only those before the cleanup's end,
+since an add at a j past the end is never cheaper than ending the cleanup, idling until j
+(a cleanup step costs at least an idle one) and adding then. So it is a running minimum,
+kept backwards in time, and the cost stays O(K N T).
 
 Two users: :class:`elastore.sim.controllers.OptimalController` (the true load, the
 simulator's own physics: a lower bound on U for every controller in the comparison), and
@@ -56,6 +69,11 @@ class RateRule:
     add_violates: BoolArray  # (N, T)
     remove_mibps: FloatArray  # (N, T)
     remove_violates: BoolArray  # (N, T)
+    #: the cleanup after a join (only with ``Horizon.clean_bytes``), by the servers serving
+    #: during it (row m: m serve, m - 1 old nodes rewrite in turn): the rate the node being
+    #: cleaned rewrites at (MiB/s), and whether (or how likely) such a step violates
+    clean_mibps: FloatArray | None = None  # (N, T)
+    clean_violates: npt.NDArray[np.generic] | None = None  # (N, T)
 
 
 @dataclass(frozen=True)
@@ -80,6 +98,10 @@ class Horizon:
     disk_add: FloatArray | None = None  # (N, T)
     disk_remove: FloatArray | None = None  # (N, T)
     disk_penalty: float = 0.0
+    #: the cleanup after each join: per row m (m servers once the node has joined) the
+    #: bytes the old nodes rewrite, (N,) or (N, T) by the cleanup's first step; None: no
+    #: cleanup (a join ends when its data has arrived, the reference text's cluster)
+    clean_bytes: FloatArray | None = None
 
     @property
     def steps(self) -> int:
@@ -106,6 +128,16 @@ class Horizon:
         if any(a.shape not in ((n,), (n, t)) for a in (self.add_bytes, self.remove_bytes)):
             raise ElastoreError("add_bytes and remove_bytes need one value per server count "
                                 "(and step)")
+        if self.clean_bytes is not None:
+            if self.clean_bytes.shape not in ((n,), (n, t)):
+                raise ElastoreError("clean_bytes needs one value per server count (and step)")
+            for r in self.rules:
+                if r.clean_mibps is None or r.clean_violates is None or \
+                        r.clean_mibps.shape != (n, t) or r.clean_violates.shape != (n, t):
+                    raise ElastoreError(f"rule {r.name}: a cleanup needs clean_mibps and "
+                                        f"clean_violates, each of shape {(n, t)}")
+                if np.any(r.clean_mibps < 0):
+                    raise ElastoreError(f"rule {r.name}: a negative cleanup rate")
         disk = (self.disk_idle, self.disk_add, self.disk_remove)
         if any(d is not None for d in disk):
             if any(d is None or d.shape != (n, t) for d in disk):
@@ -129,6 +161,14 @@ class Move:
     n_to: int
     rule: str
     boot_end: int  # the first bootstrap step (a removal: = start)
+    #: an addition with a cleanup: the step its cleanup ended (or a further addition cut it
+    #: short; > steps: it runs past the horizon), and the rule it ran at; else end and ""
+    clean_end: int = -1
+    clean_rule: str = ""
+
+    @property
+    def cleans(self) -> bool:
+        return self.clean_end > self.end
 
 
 @dataclass
@@ -163,6 +203,15 @@ class Schedule:
                 break
         return None
 
+    def cleaning_at(self, step: int) -> Move | None:
+        """The addition whose cleanup runs at ``step``, if any."""
+        for m in self.moves:
+            if m.cleans and m.end <= step < m.clean_end:
+                return m
+            if m.start > step:
+                break
+        return None
+
 
 def _ends(rate: FloatArray, start: IntArray, nbytes: FloatArray, step_s: float) -> IntArray:
     """Per row n, for every first streaming step s in ``start[n]``: the first step at which
@@ -189,12 +238,13 @@ def _window_sum(prefix: FloatArray, a: IntArray, b: IntArray) -> FloatArray:
 
 
 def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None = None,
-             floor: IntArray | None = None) -> Schedule:
+             floor: IntArray | None = None, cleaning_bytes: float = 0.0) -> Schedule:
     """The schedule of least U from ``n0`` servers, idle, at step 0.
 
     ``terminal[k]``: the value of ending the horizon at ``n_lo + k`` servers (default 0).
     ``floor[t]``: no removal may leave fewer servers than this from step t on (e.g. the
-    scale-down stabilization window)."""
+    scale-down stabilization window). ``cleaning_bytes`` (a horizon with a cleanup): the
+    ``n0`` servers are not idle but in a join's cleanup with this much left to rewrite."""
     h.validate()
     if not h.n_lo <= n0 <= h.n_hi:
         raise ElastoreError(f"{n0} servers are outside the horizon's {h.n_lo}..{h.n_hi}")
@@ -253,26 +303,149 @@ def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None
             raise ElastoreError(f"terminal values: want {N}, got {np.shape(terminal)}")
         value[T] = terminal
     choice = np.zeros((T, N), dtype=np.int8)
-    for s in range(T - 1, -1, -1):
-        total = cost[s] + value[to_t[s], to_n]
-        k = np.argmin(total, axis=0)
-        choice[s] = k
-        value[s] = total[k, np.arange(N)]
-    return _walk(h, n0, penalty, choice, ends, float(value[0, n0 - h.n_lo]))
+    if h.clean_bytes is None:
+        for s in range(T - 1, -1, -1):
+            total = cost[s] + value[to_t[s], to_n]
+            k = np.argmin(total, axis=0)
+            choice[s] = k
+            value[s] = total[k, np.arange(N)]
+        return _walk(h, n0, penalty, choice, ends, float(value[0, n0 - h.n_lo]))
+    clean = _Cleanup.solve(h, penalty, cost, to_t, to_n, value, choice)
+    if cleaning_bytes > EPS_BYTES:
+        first = clean.begin(h, n0 - h.n_lo, cleaning_bytes, value)
+        return _walk(h, n0, penalty, choice, ends, first, clean, cleaning=True)
+    return _walk(h, n0, penalty, choice, ends, float(value[0, n0 - h.n_lo]), clean)
+
+
+@dataclass
+class _Cleanup:
+    """The cleanup's part of :func:`cheapest`: per rule q, each cleaning step's cost (its
+    prefix sums ``pre[q]``, (N, T + 1)) and, for a cleanup starting at (step, row), the
+    step it ends (``end[q]``); per (step, row) the best add's option (``add_option``), what
+    the just-joined state does (``code``: 2 q to run rule q's cleanup to its end, 2 q + 1
+    to add at ``sup_at[q]`` during it)."""
+
+    pre: list[FloatArray]
+    end: list[IntArray]
+    add_option: npt.NDArray[np.int8]
+    code: npt.NDArray[np.int8]
+    sup_at: list[npt.NDArray[np.int32]]
+    violates: list[FloatArray]  # per rule: a cleaning step's violation, never below idle
+    #: a cleaning step's disk table: row m as row m - 1 idle (the last old node to be
+    #: cleaned still holds what it held before the join)
+    disk: FloatArray
+    run_min0: list[FloatArray] = field(default_factory=list)  # the running minimum at 0
+
+    def begin(self, h: Horizon, k: int, nbytes: float, value: FloatArray) -> float:
+        """Start at step 0 in row ``k``'s cleanup with ``nbytes`` left: its value. Its
+        choice, and the step its cleanup would end, overwrite step 0 of row ``k`` (the walk
+        starts from them)."""
+        T = h.steps
+        best, code = math.inf, 0
+        for q, rule in enumerate(h.rules):
+            assert rule.clean_mibps is not None
+            e = int(_ends(rule.clean_mibps[k:k + 1], np.zeros((1, 1), dtype=np.int64),
+                          np.array([nbytes]), h.step_s)[0, 0])
+            e = max(e, 0)
+            self.end[q][k, 0] = e
+            c = min(e, T)
+            p = self.pre[q][k]
+            for val, kind in ((p[c] - p[0] + value[c, k], 2 * q),
+                              (self.run_min0[q][k] - p[0], 2 * q + 1)):
+                if val < best:
+                    best, code = float(val), kind
+        self.code[0, k] = code
+        return best
+
+    @classmethod
+    def solve(cls, h: Horizon, penalty: float, cost: FloatArray, to_t: npt.NDArray[np.int32],
+              to_n: IntArray, value: FloatArray, choice: npt.NDArray[np.int8]) -> _Cleanup:
+        """Backward induction with the just-joined state ``joined`` beside ``value`` (an
+        addition leads to it); fills ``value`` and ``choice`` in place."""
+        assert h.clean_bytes is not None
+        N, T = h.idle_violates.shape
+        dt_h = h.step_s / HOUR_S
+        ns = (h.n_lo + np.arange(N))[:, None]
+        d_idle = h.disk()[0]
+        d_clean = np.concatenate([d_idle[:1], d_idle[:-1]])
+        start = np.broadcast_to(np.arange(T), (N, T))
+        rows = np.arange(N)
+        pre, end, viol = [], [], []
+        for rule in h.rules:
+            assert rule.clean_mibps is not None and rule.clean_violates is not None
+            v = np.maximum(np.asarray(rule.clean_violates, dtype=float),
+                           np.asarray(h.idle_violates, dtype=float))
+            p = np.zeros((N, T + 1))
+            np.cumsum(dt_h * (ns + penalty * v + h.disk_penalty * d_clean), axis=1,
+                      out=p[:, 1:])
+            e = _ends(rule.clean_mibps, start, h.clean_bytes, h.step_s)
+            pre.append(p)
+            end.append(np.maximum(e, start))  # T + 1: not within the horizon
+            viol.append(v)
+        adds = np.asarray([1 + 2 * r for r in range(len(h.rules))])
+        joined = np.zeros_like(value)
+        joined[T] = value[T]
+        out = cls(pre, end, np.zeros((T, N), dtype=np.int8), np.zeros((T, N), dtype=np.int8),
+                  [np.zeros((T, N), dtype=np.int32) for _ in h.rules], viol, d_clean)
+        run_min = [np.full(N, np.inf) for _ in h.rules]  # min over j >= s of pre[j] + add[j]
+        run_at = [np.full(N, T, dtype=np.int32) for _ in h.rules]
+        for s in range(T - 1, -1, -1):
+            nxt = value[to_t[s], to_n]
+            nxt[adds] = joined[to_t[s][adds], to_n[adds]]  # a join leads to its cleanup
+            total = cost[s] + nxt
+            k = np.argmin(total, axis=0)
+            choice[s] = k
+            value[s] = total[k, rows]
+            a = np.argmin(total[adds], axis=0)
+            add_now = total[adds][a, rows]
+            out.add_option[s] = adds[a]
+            best = np.full(N, np.inf)
+            code = np.zeros(N, dtype=np.int8)
+            for q in range(len(h.rules)):
+                p = pre[q]
+                here = p[:, s] + add_now
+                better = here <= run_min[q]
+                run_min[q] = np.where(better, here, run_min[q])
+                run_at[q] = np.where(better, s, run_at[q]).astype(np.int32)
+                out.sup_at[q][s] = run_at[q]
+                c = np.minimum(end[q][:, s], T)
+                with np.errstate(invalid="ignore"):
+                    to_end = p[rows, c] - p[:, s] + value[c, rows]
+                    cut = run_min[q] - p[:, s]
+                for val, kind in ((to_end, 2 * q), (cut, 2 * q + 1)):
+                    take = val < best  # ties: the cleanup runs to its end, the first rule
+                    best = np.where(take, val, best)
+                    code = np.where(take, kind, code).astype(np.int8)
+            joined[s] = best
+            out.code[s] = code
+        out.run_min0 = [m.copy() for m in run_min]
+        return out
 
 
 def _walk(h: Horizon, n0: int, penalty: float, choice: npt.NDArray[np.int8],
-          ends: dict[tuple[int, int], IntArray], value: float) -> Schedule:
+          ends: dict[tuple[int, int], IntArray], value: float,
+          clean: _Cleanup | None = None, cleaning: bool = False) -> Schedule:
     """Follow the choices forward from (0, n0); count what the schedule bills and
-    violates."""
+    violates. With a cleanup, an addition leads to the just-joined state, whose choice
+    (``clean.code``) runs the cleanup to its end or cuts it with the next addition."""
     T = h.steps
     dt_h = h.step_s / HOUR_S
     moves: list[Move] = []
     vm = viol = disk = 0.0
     d_idle, d_add, d_rem = h.disk()
     s, k = 0, n0 - h.n_lo
+    forced: int | None = None  # an addition the cleanup before it was cut for
+    joined = cleaning  # starting in a cleanup
     while s < T:
-        c = int(choice[s, k])
+        if joined:
+            assert clean is not None
+            joined = False
+            cut, forced, v, d = _clean_walk(h, clean, moves, s, k)
+            vm += dt_h * (h.n_lo + k) * (cut - s)
+            viol, disk, s = viol + dt_h * v, disk + dt_h * d, cut
+            continue
+        c = int(choice[s, k]) if forced is None else forced
+        forced = None
         n = h.n_lo + k
         if c == 0:
             vm += dt_h * n
@@ -290,15 +463,39 @@ def _walk(h: Horizon, n0: int, penalty: float, choice: npt.NDArray[np.int8],
             viol += dt_h * (float(h.idle_violates[k, s:b].sum())
                             + float(rule.add_violates[k, b:stop].sum()))
             disk += dt_h * float(d_add[k, s:stop].sum())
-            moves.append(Move(s, e, n, n + 1, rule.name, s + h.boot_steps))
+            moves.append(Move(s, e, n, n + 1, rule.name, s + h.boot_steps, e))
         else:
             vm += dt_h * n * (stop - s)
             viol += dt_h * float(rule.remove_violates[k, s:stop].sum())
             disk += dt_h * float(d_rem[k, s:stop].sum())
-            moves.append(Move(s, e, n, n - 1, rule.name, s))
+            moves.append(Move(s, e, n, n - 1, rule.name, s, e))
         s, k = stop, k + direction
+        joined = direction > 0 and clean is not None
     return Schedule(moves, vm, viol, value, n0, penalty,
                     {r.name: i for i, r in enumerate(h.rules)}, disk)
+
+
+def _clean_walk(h: Horizon, clean: _Cleanup, moves: list[Move], s: int, k: int
+                ) -> tuple[int, int | None, float, float]:
+    """The just-joined state at (``s``, row ``k``): the cleanup, to its end or until the
+    next addition. The addition it follows (the last of ``moves``, if any) records it.
+    Returns the step it stops, the addition's option that cuts it (None: it ended), and
+    its violating and over-budget steps."""
+    T = h.steps
+    code = int(clean.code[s, k])
+    q = code // 2
+    ended = int(clean.end[q][k, s])
+    cut = int(clean.sup_at[q][s, k]) if code % 2 else ended
+    forced: int | None = None
+    if cut >= min(ended, T):  # an addition at or past the end: the cleanup ended first
+        cut = min(ended, T)
+    else:
+        forced = int(clean.add_option[cut, k])
+        ended = cut
+    if moves and moves[-1].end == s and moves[-1].n_to == h.n_lo + k:
+        moves[-1] = replace(moves[-1], clean_end=ended, clean_rule=h.rules[q].name)
+    return (cut, forced, float(clean.violates[q][k, s:cut].sum()),
+            float(clean.disk[k, s:cut].sum()))
 
 
 RULES = ("bwman", "store-default")
@@ -308,7 +505,7 @@ def physics_horizon(models: ModelSet, mig: MigrationModel, load_rps: FloatArray,
                     interference: FloatArray, read_ratio: float, step_s: float,
                     boot_s: float, data_bytes: float | FloatArray, n_lo: int, n_hi: int,
                     rules: tuple[str, ...] = RULES, default_mibps: float = 24.0,
-                    slo_ms: float | None = None) -> Horizon:
+                    slo_ms: float | None = None, cleanup: bool = False) -> Horizon:
     """A :class:`Horizon` from the capacity model, exactly as the simulator's engine and
     latency accounting see a cluster (``elastore.sim``): the load spread evenly over the
     serving nodes; a bootstrap from n streams D/n - D/(n+1) from each of the n senders; a
@@ -318,7 +515,12 @@ def physics_horizon(models: ModelSet, mig: MigrationModel, load_rps: FloatArray,
 
     Rules: ``bwman`` migrates at f() (``mig.rate``) and decommissions at the
     cluster-p95-aware rate (``mig.decommission_rate``), BwMan's rule; ``store-default``
-    at ``default_mibps`` (Cassandra's 24 MiB/s)."""
+    at ``default_mibps`` (Cassandra's 24 MiB/s).
+
+    ``cleanup`` (the simulator's default, the operator's ``spec.scaleUp.cleanup``): after a
+    join to m servers the m - 1 old nodes rewrite D in turn at the rule's rate (f() at the
+    load over m, or ``default_mibps``), one node in m serving beside its rewrite (the
+    request mix's p95, never below idle), no removal until it has ended."""
     cap = models.capacity
     limit = cap.slo_ms if slo_ms is None else slo_ms
     ns = np.arange(n_lo, n_hi + 1, dtype=float)[:, None]
@@ -342,13 +544,22 @@ def physics_horizon(models: ModelSet, mig: MigrationModel, load_rps: FloatArray,
         over = mixture_exceeds(cap.latency_ms(lps, read_ratio, rem, inter), 1.0 / ns,
                                cap.latency_ms(lps, read_ratio, rem / np.maximum(ns - 1, 1),
                                               inter), limit)
-        out.append(RateRule(name, add, add_v, rem, over))
+        rule = RateRule(name, add, add_v, rem, over)
+        if cleanup:  # m serving: one node rewrites at the rate f() allows at load / m
+            clean_v = mixture_exceeds(cap.latency_ms(lps, read_ratio, add, inter), 1.0 / ns,
+                                      cap.latency_ms(lps, read_ratio, 0.0, inter), limit)
+            rule = replace(rule, clean_mibps=add, clean_violates=clean_v | idle)
+        out.append(rule)
     d = np.asarray(data_bytes, dtype=float)
     n = ns[:, 0] if d.ndim == 0 else ns  # (N,) or (N, 1) against D's (T,)
+    clean = None
+    if cleanup:  # the old nodes hold D between them once the node has joined
+        clean = np.asarray(np.broadcast_to(d, (len(ns),) if d.ndim == 0 else idle.shape),
+                           dtype=float)
     return Horizon(step_s=step_s, n_lo=n_lo, idle_violates=idle, rules=tuple(out),
                    boot_steps=max(0, math.ceil(boot_s / step_s - 1e-9)),
                    add_bytes=np.asarray(d / n - d / (n + 1)),
-                   remove_bytes=np.asarray(d / n))
+                   remove_bytes=np.asarray(d / n), clean_bytes=clean)
 
 
 def with_bytes(h: Horizon, total_bytes: FloatArray, budget_bytes: float,
@@ -360,6 +571,8 @@ def with_bytes(h: Horizon, total_bytes: FloatArray, budget_bytes: float,
     d0 = float(total_bytes[0])  # cleanup at the start's size: optimistic, as a bound is
     cleanup = np.asarray([math.ceil(storage.cleanup_s(d0 / n) / h.step_s - 1e-9) for n in ns],
                          dtype=np.int64)
+    if h.clean_bytes is not None:  # the cleanup is a state of its own, with its disk table
+        cleanup[:] = 0
     idle, add, rem = disk_tables(ns, np.asarray(total_bytes, dtype=float)[None, :],
                                  np.array([1.0]), 1.0, budget_bytes, cleanup)
     return replace(h, disk_idle=idle, disk_add=add, disk_remove=rem,

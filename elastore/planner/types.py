@@ -66,6 +66,10 @@ class PlannerConfig:
     lookahead_s: float = 86400.0  # horizon mode: how far the plan looks
     plan_step_s: float = 0.0  # horizon mode: its time step (0: a fifth of the window)
     penalty: float = 100.0  # VM-hours an hour of SLO violation costs (horizon mode)
+    #: a scale-out ends with ``nodetool cleanup`` on its old nodes, in turn, at the
+    #: migration rate, and no scale-in starts until it has (``spec.scaleUp.cleanup``): the
+    #: horizon planner's schedules obey it (a further scale-out may cut it short)
+    cleanup: bool = False
 
     def validate(self) -> None:
         problems = []
@@ -225,9 +229,14 @@ class Observation:
     storage: StorageView | None = None
     #: the load's skew over the nodes (None: the planner sizes for the mean node)
     load_skew: LoadSkew | None = None
+    #: a scale-out's cleanup under way, its node serving (no ``operation``): the bytes the
+    #: old nodes still have to rewrite; with ``PlannerConfig.cleanup`` the plan starts in
+    #: it (no scale-in before it ends; a scale-out may cut it short)
+    cleanup_left_bytes: float = 0.0
 
     def validate(self) -> None:
-        for name in ("load_rps", "forecast_rps", "read_ratio", "data_bytes", "interference"):
+        for name in ("load_rps", "forecast_rps", "read_ratio", "data_bytes", "interference",
+                     "cleanup_left_bytes"):
             v = getattr(self, name)
             if not isinstance(v, int | float) or not math.isfinite(v) or v < 0:
                 raise ModelError(f"observation {name} must be a finite number >= 0, got {v!r} "

@@ -114,6 +114,11 @@ def model_choice(spec: Path | None) -> tuple[Path, str]:
 @click.option("--compaction", type=click.Choice(list(COMPACTION_HEADROOM)),
               default=DEFAULT_COMPACTION, show_default=True,
               help="The compaction strategy, whose headroom lowers the budget")
+@click.option("--no-cleanup", is_flag=True,
+              help="No nodetool cleanup after a scale-out (the reference text's cluster: a "
+                   "join ends when its data has arrived, and a scale-in may follow at once). "
+                   "By default the old nodes clean up in turn at the migration rate, as the "
+                   "operator does (spec.scaleUp.cleanup), and scale-ins wait for it.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               default=Path("elastore-report"), show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
@@ -123,7 +128,7 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
                  hour_seconds: int, penalty: float, interference: tuple[str, ...],
                  learn_online: bool, prior_scale: float, data_growth_gib_per_day: float,
                  volume_gib: float | None, target_utilization: float, compaction: str,
-                 out: Path, as_json: bool) -> None:
+                 no_cleanup: bool, out: Path, as_json: bool) -> None:
     """Replay a Wikipedia trace through a simulated cluster under each controller.
 
     With no arguments: the built-in 2009-03-08 .. 2009-03-22 trace, every controller, and a
@@ -136,6 +141,7 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
       elastore simulate --controllers prorenata,hpa --interference 48:96:0.5
       elastore simulate --controllers prorenata --learn-online --prior-scale 2
       elastore simulate --data-growth-gib-per-day 10 --controllers prorenata,optimal,hpa
+      elastore simulate --no-cleanup
     """
     names = controller_names(controllers)
     bad = [c for c in names if c not in KNOWN]
@@ -169,7 +175,7 @@ def simulate_cmd(trace_path: Path | None, column: str, start: pd.Timestamp | Non
                     penalty=penalty, interference=tuple(phases), learn_online=learn_online,
                     prior_scale=prior_scale, data_growth_gib_per_day=data_growth_gib_per_day,
                     volume_gib=volume_gib, target_utilization=target_utilization,
-                    compaction=compaction)
+                    compaction=compaction, cleanup=not no_cleanup)
     cfg.validate()
     steps = int(hours * cfg.hour_seconds / cfg.step_s) * len(names)
     t0 = time.perf_counter()

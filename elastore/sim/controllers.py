@@ -95,6 +95,9 @@ class Context:
     #: the window starts that fall on a holiday (:mod:`elastore.traces.calendar`), for a
     #: forecaster that keeps them out of its seasons (``prorenata-holidays``)
     holidays: npt.NDArray[np.bool_] | None = None
+    #: a scale-out's cleanup under way (its node serving, ``op`` None, as the operator's
+    #: period sees a ``CleaningUp`` step): the bytes the old nodes still have to rewrite
+    cleanup_left_bytes: float = 0.0
 
     @property
     def observed(self) -> FloatArray:
@@ -135,6 +138,9 @@ class Replay:
     storage: StorageConfig | None = None  # the bytes, when modelled
     volume_bytes: float | None = None
     total_bytes: FloatArray | None = None  # per step: all data, as the workload writes it
+    #: the cluster cleans up after each join and holds removals until it has (the
+    #: operator's ``spec.scaleUp.cleanup``; False: the reference text's cluster)
+    cleanup: bool = True
 
 
 #: the horizon planner's shortest lookahead (a day of trace hours) and its longest (a week)
@@ -163,6 +169,9 @@ class Controller:
     learns = False
     #: is given the true future (a reference, not a contender: :data:`FORESIGHT`)
     foresight = False
+    #: runs the cleanup after a scale-out itself (the operator's runner, through the
+    #: simulated API): the cluster then runs none (``Cluster.cleanup = "external"``)
+    runs_cleanup = False
 
     def warm(self, history: FloatArray) -> None:
         """Load history (req/s per window) before the replay starts."""
@@ -174,6 +183,10 @@ class Controller:
     def migration_mibps(self) -> float | None:
         """The migration rate this controller has set on the cluster (None: the replay's
         rule for it, BwMan's f() or the store's default)."""
+        return None
+
+    def cleanup_mibps(self) -> float | None:
+        """With :attr:`runs_cleanup`: the rate of the cleanup it runs now (None: none)."""
         return None
 
     def on_window(self, ctx: Context) -> SetPoints:
@@ -415,7 +428,8 @@ class ProRenaTaController(_Forecasting):
         observed = Observed(now_s=ctx.now_s, replicas=ctx.serving,
                             load_rps=float(ctx.knots[ctx.k]), read_ratio=ctx.read_ratio,
                             data_bytes=view.total_bytes if view is not None else ctx.data_bytes,
-                            interference=ctx.interference, operation=ctx.op, storage=view)
+                            interference=ctx.interference, operation=ctx.op, storage=view,
+                            cleanup_left_bytes=ctx.cleanup_left_bytes)
         models, scale_in = self._models(ctx)
         loop = PolicyLoop(cfg, models, period_s=ctx.window_s)
         d = loop.step(self.memory, observed, forecast)
@@ -497,6 +511,9 @@ class OperatorController(Controller):
     tick_s: float | None = 5.0  # the runner's poll; the replay calls it once a step
     interference_aware = True
     learns = True  # through spec.capacityModel.learn, from the replay's node readings
+    #: its runner issues nodetool cleanup through the simulated API, which times each
+    #: node's (its bytes at the compaction throttle the runner sets): the cluster does not
+    runs_cleanup = True
 
     def __init__(self, method: str = "prorenata", namespace: str = "sim",
                  store: str = "store") -> None:
@@ -536,6 +553,8 @@ class OperatorController(Controller):
                               "maxMiBps": cfg.max_migration_mibps,
                               "nodeOverheadSeconds": round(cfg.node_overhead_s)},
                 "scaleDown": {"stabilizationSeconds": round(cfg.scale_down_stabilization_s)},
+                # the replay's cluster: nodetool cleanup after each scale-out, or not
+                "scaleUp": {"cleanup": cfg.cleanup},
                 "planner": {"mode": "Horizon", "lookahead": f"{self.lookahead_s(ctx):g}s"},
                 "cost": {"violationPenalty": cfg.penalty},
                 # the replay's model as it is, or (`--learn-online`) learned from it x K
@@ -628,6 +647,12 @@ class OperatorController(Controller):
     def migration_mibps(self) -> float | None:
         return float(self.kube.stream_mibps) if self.kube is not None else None
 
+    def cleanup_mibps(self) -> float | None:
+        if self.kube is None:
+            return None
+        pod = self.kube.cleanup_running_now()
+        return None if pod is None else float(self.kube.cleanup_mibps(pod))
+
     def forecasts(self) -> dict[int, float]:
         return self.fc
 
@@ -637,9 +662,10 @@ class OptimalController(Controller):
     one-node changes reaches on this replay, with perfect foresight. It plans offline, by
     exact dynamic programming (:func:`elastore.planner.schedule.cheapest`) over every
     (step, servers) state, on the simulator's own physics: the same load, latency surface,
-    data movement, boot and billing. Each migration runs at BwMan's rule or at the store's
-    default rate, whichever the schedule prefers, so it bounds every controller of the
-    comparison from below. Servers range from the floor to what the peak needs plus two."""
+    data movement, boot, billing and (by default) the cleanup after each join that holds
+    removals. Each migration and cleanup runs at BwMan's rule or at the store's default
+    rate, whichever the schedule prefers, so it bounds every controller of the comparison
+    from below. Servers range from the floor to what the peak needs plus two."""
 
     name = "optimal"
     interference_aware = True
@@ -676,7 +702,7 @@ class OptimalController(Controller):
         self.horizon = physics_horizon(
             ctx.models, mig, replay.load_rps, replay.interference, ctx.read_ratio,
             replay.step_s, replay.boot_s, data, min(cfg.floor, cluster.serving),
-            n_hi, default_mibps=replay.default_mibps)
+            n_hi, default_mibps=replay.default_mibps, cleanup=replay.cleanup)
         if disk is not None:
             self.horizon = with_bytes(self.horizon, *disk, penalty=replay.penalty)
         self.schedule = cheapest(self.horizon, cluster.serving, replay.penalty)
@@ -692,12 +718,18 @@ class OptimalController(Controller):
         return []
 
     def migration_mibps(self) -> float | None:
-        m = self.schedule.move_at(self._step)
+        step = min(self._step, self.horizon.steps - 1)
+        m = self.schedule.move_at(step)
         if m is None:
-            return self._default
+            c = self.schedule.cleaning_at(step)
+            if c is None:
+                return self._default
+            rule = self.horizon.rules[self.schedule.rule_index[c.clean_rule]]
+            assert rule.clean_mibps is not None
+            return float(rule.clean_mibps[c.n_to - self.horizon.n_lo, step])
         rule = self.horizon.rules[self.schedule.rule_index[m.rule]]
         table = rule.add_mibps if m.n_to > m.n_from else rule.remove_mibps
-        return float(table[m.n_from - self.horizon.n_lo, self._step])
+        return float(table[m.n_from - self.horizon.n_lo, step])
 
 
 FACTORIES: dict[str, Callable[[], Controller]] = {

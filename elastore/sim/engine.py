@@ -13,8 +13,24 @@ step from the capacity model.
   and is removed only then.
 * A change is never aborted; the cluster walks towards the current target one node at a
   time.
+* **Cleanup after a scale-out** (``cleanup="after-join"``, the operator's
+  ``spec.scaleUp.cleanup``, the replay's default): once a node has joined, each old node
+  runs ``nodetool cleanup`` in turn (ordinal 0 first), rewriting its data and the bytes
+  it streamed to that node (D in all) at the migration rate in force (the operator
+  throttles it to that rate), so the whole takes D / rate. (After a cut-short cleanup, a
+  node not yet cleaned also holds the earlier join's bytes, D/(n(n+1)) more; its cleanup
+  drops them too, their rewrite not timed: the operator's migration-time model and the
+  planner's count D.) Until it has run
+  everywhere no removal starts (the operator holds scale-ins: a node removed before cleanup
+  hands stale copies back). A further addition supersedes it, and its own cleanup covers
+  every old node again. The node being cleaned serves with that rewrite beside it (a
+  ``cleanup`` step: one node in n at that rate). ``cleanup="drain"`` is the reference
+  text's cluster: a join ends when its data has arrived, nothing waits, and the
+  streamed-away bytes drain at ``cleanup_mibps`` per node. ``cleanup="external"``: another
+  party runs the cleanups (:class:`~elastore.sim.kube.SimulatedKube`, for the operator's
+  own runner) and frees each node's bytes (:meth:`Cluster.cleaned`).
 * **The bytes** (with a ``volume_bytes``): the data a sender streams stays on its disk
-  until ``nodetool cleanup`` has run after the bootstrap, at ``cleanup_mibps`` per node;
+  until ``nodetool cleanup`` has run on it after the bootstrap;
   new data (:meth:`Cluster.grow`) spreads over the serving nodes, and a full volume takes
   no more (writes are rejected: :meth:`Cluster.full`; a decommission into full disks
   stalls, as Cassandra's fails, and its node stays).
@@ -23,6 +39,7 @@ step from the capacity model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +47,7 @@ import numpy.typing as npt
 from elastore.units import MIB
 
 FloatArray = npt.NDArray[np.float64]
+Cleanup = Literal["drain", "after-join", "external"]
 
 
 @dataclass
@@ -39,6 +57,7 @@ class NodeOp:
     boot_left_s: float = 0.0
     new_data: float = 0.0  # bytes the joining node holds so far
     per_sender_left: float = 0.0  # add: bytes each sender still has to send
+    share: float = 0.0  # add: bytes each sender sends in all
     leaving_data: float = 0.0  # remove: bytes the leaving node still holds
     from_replicas: int = 0
     to_replicas: int = 0
@@ -53,9 +72,20 @@ class Cluster:
     actions: int = 0  # node additions and removals started
     log: list[tuple[float, str]] = field(default_factory=list)
     volume_bytes: float | None = None  # each node's volume (None: the bytes are not modelled)
-    cleanup_mibps: float = 64.0  # per node, after a bootstrap
-    garbage: list[float] = field(default_factory=list)  # streamed away, awaiting cleanup
+    cleanup_mibps: float = 64.0  # per node, after a bootstrap (``cleanup="drain"``)
+    #: the bytes each node streamed away and still holds on disk until its cleanup (tracked
+    #: with or without a volume: a cleanup rewrites them)
+    garbage: list[float] = field(default_factory=list)
     rejected_bytes: float = 0.0  # writes a full volume refused
+    #: who cleans up after a join: "drain" (nothing waits), "after-join" (the old nodes in
+    #: turn at the migration rate, removals held), "external" (SimulatedKube)
+    cleanup: Cleanup = "drain"
+    #: the cleanup under way: bytes each old node still has to rewrite, in ordinal order
+    #: (the first is being cleaned)
+    cleaning: list[float] = field(default_factory=list)
+    joined_share: float = 0.0  # bytes each old node streamed to the last node that joined
+    cleanups_superseded: int = 0  # cleanups a further scale-out cut short
+    held_s: float = 0.0  # seconds a wanted removal waited for a cleanup
 
     @classmethod
     def balanced(cls, n: int, total_bytes: float, boot_s: float,
@@ -116,10 +146,15 @@ class Cluster:
     def _start(self, now_s: float) -> None:
         n = self.serving
         if self.target > n:
+            if self.cleaning:  # superseded: the next join's cleanup covers every old node
+                self.cleaning = []
+                self.cleanups_superseded += 1
             share = self.total_bytes() / n - self.total_bytes() / (n + 1)
             self.op = NodeOp("add", now_s, boot_left_s=self.boot_s, per_sender_left=share,
-                             from_replicas=n, to_replicas=n + 1)
+                             share=share, from_replicas=n, to_replicas=n + 1)
         elif self.target < n and n > 1:
+            if self.cleaning:  # no removal before the cleanup has run everywhere
+                return
             self.op = NodeOp("remove", now_s, leaving_data=self.data[-1], from_replicas=n,
                              to_replicas=n - 1)
         else:
@@ -130,17 +165,56 @@ class Cluster:
     def step(self, now_s: float, dt: float, rate_mibps: float) -> tuple[str, float, int]:
         """Advance ``dt`` seconds with migration at ``rate_mibps`` per sender.
 
-        Returns what the step was (``idle``, ``boot``, ``bootstrap``, ``decommission``), the
-        migration rate actually used (for the latency accounting), and the nodes billed
-        during the step (a node that joins or leaves within it is billed for it).
+        Returns what the step was (``idle``, ``boot``, ``bootstrap``, ``decommission``,
+        ``cleanup``), the migration rate actually used (for the latency accounting; a
+        cleanup's is the rate its node rewrites at), and the nodes billed during the step
+        (a node that joins or leaves within it is billed for it).
         """
         if self.op is None:
             self._start(now_s)
-        if self.volume_bytes and (self.op is None or self.op.kind != "add"):
+        if self.op is None and self.cleaning:
+            if self.target < self.serving:
+                self.held_s += dt
+            return "cleanup", self._clean(dt, rate_mibps), self.billed
+        if self.cleanup == "drain" and (self.op is None or self.op.kind != "add"):
             self._cleanup(dt)  # cleanup runs once a bootstrap has ended
         billed = self.billed
         kind, used = self._advance(dt, rate_mibps)
         return kind, used, billed
+
+    def _clean(self, dt: float, rate_mibps: float) -> float:
+        """One step of the cleanup under way at ``rate_mibps``: the nodes in turn, the next
+        starting within the step where the last ends; a node done holds only its data.
+        Returns the rate the node being cleaned rewrites at."""
+        rate = max(rate_mibps, 0.0)
+        left = rate * MIB * dt
+        while self.cleaning and left > 0:
+            take = min(left, self.cleaning[0])
+            self.cleaning[0] -= take
+            left -= take
+            if self.cleaning[0] <= 1e-6:
+                # the old nodes are 0 .. serving - 2 (the newest is not cleaned)
+                self.cleaned(self.serving - 1 - len(self.cleaning))
+                self.cleaning.pop(0)
+        return rate
+
+    def cleanup_bytes_of(self, k: int) -> float:
+        """What old node ``k``'s cleanup after the last join rewrites: its data and what it
+        streamed to the new node."""
+        return self.data[k] + self.joined_share if k < self.serving else 0.0
+
+    def cleaned(self, k: int) -> None:
+        """Node ``k``'s cleanup has ended: it drops the bytes it streamed away."""
+        if 0 <= k < len(self.garbage):
+            self.garbage[k] = 0.0
+
+    def cleanup_bytes(self) -> float:
+        """What the cleanup under way still has to rewrite, over every node left."""
+        return float(sum(self.cleaning))
+
+    def cleanup_left_s(self, rate_mibps: float) -> float:
+        """Seconds the cleanup under way still needs at ``rate_mibps``."""
+        return self.cleanup_bytes() / (max(rate_mibps, 0.1) * MIB)
 
     def _advance(self, dt: float, rate_mibps: float) -> tuple[str, float]:
         op = self.op
@@ -153,18 +227,19 @@ class Cluster:
                 return "boot", 0.0
             n = self.serving
             moved = min(op.per_sender_left, rate_b * dt)
-            for i in range(n):
+            self.garbage += [0.0] * (n - len(self.garbage))
+            for i in range(n):  # on its disk until its cleanup, after the bootstrap
                 self.data[i] -= moved
-            if self.volume_bytes:  # on disk until this node's cleanup, after the bootstrap
-                self.garbage += [0.0] * (n - len(self.garbage))
-                for i in range(n):
-                    self.garbage[i] += moved
+                self.garbage[i] += moved
             op.new_data += moved * n
             op.per_sender_left -= moved
             if op.per_sender_left <= 1e-6:
                 self.data.append(op.new_data)
                 self.garbage = [*self.garbage[:n], 0.0]
                 self.op = None
+                self.joined_share = op.share
+                if self.cleanup == "after-join":  # the old nodes rewrite in turn
+                    self.cleaning = [self.cleanup_bytes_of(i) for i in range(n)]
             return "bootstrap", rate_mibps
         # remove: the last node hands its data to the others
         n = self.serving

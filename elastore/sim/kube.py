@@ -31,8 +31,10 @@ import numpy.typing as npt
 from elastore.actuators.nodetool import Replication, Ring, RingNode, stream_setting
 from elastore.actuators.ports import DriftError, StatefulSetFacts, VolumeFacts, expansion_wanted
 from elastore.errors import ElastoreError, MetricsError, StatusConflict
+from elastore.models.storage import DEFAULT_CLEANUP_MIBPS
 from elastore.operator.metrics import DiskReading, NodeReading, Snapshot, history_end
 from elastore.sim.engine import Cluster
+from elastore.units import MIB
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -74,8 +76,12 @@ class SimulatedKube:
         self.now_s = 0.0
         self.calls: list[tuple[float, str]] = []  # every effect asked for, in order
         self.violations: list[str] = []
-        #: cleanup: seconds one node's takes; tests: pods whose cleanup fails, repairs shown
-        self.cleanup_seconds = 0.0
+        #: cleanup: seconds one node's takes (None: its bytes at the compaction throttle set
+        #: on its pod, as the operator sets it, else Cassandra's default 64 MiB/s); tests:
+        #: pods whose cleanup fails, repairs shown
+        self.cleanup_seconds: float | None = None
+        self.cleanup_took: dict[str, float] = {}  # pod -> the seconds its cleanup takes
+        self.cleaning: dict[str, int] = {}  # pod -> its node, while its bytes await the end
         self.cleanup_fails: set[str] = set()
         self.cleanups: dict[str, float] = {}  # pod -> when its cleanup was issued
         self.forgotten: set[str] = set()  # tests: cleanups issued by a process now gone
@@ -285,19 +291,50 @@ class SimulatedKube:
                                    "decommission")
         self.cleanups[pod] = self.now_s
         self.forgotten.discard(pod)
+        k = self._ordinal(ns, pod)
+        c = self.cluster
+        if k is not None and k < c.serving:
+            self.cleanup_took[pod] = c.cleanup_bytes_of(k) / (self.cleanup_mibps(pod) * MIB)
+            self.cleaning[pod] = k
+
+    def cleanup_mibps(self, pod: str) -> float:
+        """The rate a cleanup on ``pod`` rewrites at: the compaction throttle set on it
+        (the operator sets the migration rate); unthrottled (0) or never set, Cassandra's
+        default compaction throughput."""
+        rate = self.compaction_mibps.get(pod, DEFAULT_CLEANUP_MIBPS)
+        return rate if rate > 0 else DEFAULT_CLEANUP_MIBPS
+
+    def _cleanup_end(self, pod: str) -> float:
+        took = self.cleanup_seconds if self.cleanup_seconds is not None else \
+            self.cleanup_took.get(pod, 0.0)
+        return self.cleanups[pod] + took
+
+    def _cleanup_done(self, pod: str) -> bool:
+        done = self.now_s >= self._cleanup_end(pod)
+        k = self.cleaning.get(pod)
+        if done and k is not None:  # the node holds only its data now
+            self.cluster.cleaned(k)
+            del self.cleaning[pod]
+        return done
+
+    def cleanup_running_now(self) -> str | None:
+        """The pod whose cleanup runs now, if any (the runner cleans one at a time)."""
+        for pod in list(self.cleaning):
+            if pod not in self.cleanup_fails and not self._cleanup_done(pod):
+                return pod
+        return None
 
     def cleanup_state(self, ns: str, pod: str) -> str | None:
         if pod not in self.cleanups or pod in self.forgotten:
             return None
         if pod in self.cleanup_fails:
             return "failed: nodetool cleanup exited 2: not enough space"
-        done = self.now_s >= self.cleanups[pod] + self.cleanup_seconds
-        return "done" if done else "running"
+        return "done" if self._cleanup_done(pod) else "running"
 
     def cleanup_running(self, ns: str, pod: str, container: str,
                         nodetool: tuple[str, ...]) -> bool | None:
         return pod in self.cleanups and pod not in self.cleanup_fails and \
-            self.now_s < self.cleanups[pod] + self.cleanup_seconds
+            not self._cleanup_done(pod)
 
     def repair_running(self, ns: str, pod: str, container: str,
                        nodetool: tuple[str, ...]) -> str | None:

@@ -298,7 +298,12 @@ def write_report(res: SimResult, out: Path, seconds: float) -> Path:
         f"SLO: p{res.percentile} <= {res.slo_ms:g} ms. Data {cfg.data_gib:g} GiB, boot "
         f"{cfg.boot_s:g} s, store default stream rate {cfg.default_stream_mibps:g} MiB/s "
         f"(BwMan floor {cfg.min_stream_mibps:g} MiB/s), headroom {cfg.headroom:.0%}, "
-        f"replicas {cfg.min_replicas}..{cfg.max_replicas}, RF {cfg.replication_factor}.", "",
+        f"replicas {cfg.min_replicas}..{cfg.max_replicas}, RF {cfg.replication_factor}. "
+        + ("After each join the old nodes run `nodetool cleanup` in turn at the migration "
+           "rate (the whole data once) and no scale-in starts until it has ended; a "
+           "further scale-out cuts it short (the operator's `spec.scaleUp.cleanup`)."
+           if cfg.cleanup else "No cleanup after a join (`--no-cleanup`: the reference "
+           "text's cluster; a join ends when its data has arrived)."), "",
         f"Violation penalty {cfg.penalty:g}: U(P) = VM-hours + P x violation-hours; "
         "`optimal` is the least U at this penalty that any schedule of one-node changes "
         "reaches on this replay, with perfect foresight (a lower bound).", "",

@@ -32,7 +32,7 @@ from elastore.units import gib_to_bytes, mib_to_bytes
 FloatArray = npt.NDArray[np.float64]
 EXPIRED_SHARE = 0.3  # of the bytes written, what TTL and compaction take back
 START_FILL = 0.6  # --volume-gib's default: the starting data fills this share of the volumes
-KINDS = {"idle": 0, "boot": 1, "bootstrap": 2, "decommission": 3}
+KINDS = {"idle": 0, "boot": 1, "bootstrap": 2, "decommission": 3, "cleanup": 4}
 PENALTIES = (1, 10, 100)
 LOOKAHEAD_HOURS = 24  # the horizon planner looks a day of the trace ahead
 
@@ -72,6 +72,12 @@ class SimConfig:
     target_utilization: float = DEFAULT_TARGET_UTILIZATION
     compaction: str = DEFAULT_COMPACTION
     cleanup_mibps: float = DEFAULT_CLEANUP_MIBPS
+    #: the operator's nodetool cleanup after every scale-out (spec.scaleUp.cleanup, on by
+    #: default): the old nodes rewrite what they hold (D in all) at the migration rate, one
+    #: at a time, and no scale-in starts until they have; a further scale-out supersedes it
+    #: (``--no-cleanup``: the reference text's cluster, where a join ends when its data has
+    #: arrived and the streamed-away bytes drain at ``cleanup_mibps`` beside everything)
+    cleanup: bool = True
 
     @property
     def models_bytes(self) -> bool:
@@ -195,7 +201,7 @@ class SimResult:
             "slo": {"latency_ms": self.slo_ms, "percentile": self.percentile},
             "replay": {"hour_seconds": self.config.hour_seconds, "step_s": dt,
                        "data_gib": self.config.data_gib, "peak_rps": self.config.peak_rps,
-                       "penalty": self.config.penalty,
+                       "penalty": self.config.penalty, "cleanup": self.config.cleanup,
                        **({"data_growth_gib_per_day": self.config.data_growth_gib_per_day,
                            "volume_gib": self.volume_gib,
                            "target_utilization": self.config.target_utilization,
@@ -259,7 +265,7 @@ def simulate(series: HourlySeries, start_i: int, hours: int, controllers: Sequen
         replication_factor=cfg.replication_factor, window_s=W, headroom=cfg.headroom,
         node_overhead_s=cfg.boot_s, min_migration_mibps=cfg.min_stream_mibps,
         max_migration_mibps=cfg.default_stream_mibps, migration_margin=cfg.headroom / 2,
-        penalty=cfg.penalty, lookahead_s=LOOKAHEAD_HOURS * W,
+        penalty=cfg.penalty, lookahead_s=LOOKAHEAD_HOURS * W, cleanup=cfg.cleanup,
     )
     cap = models.capacity
     data_bytes = gib_to_bytes(cfg.data_gib)
@@ -344,6 +350,10 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
                                cfg.boot_s, None if growth is None else growth.volume_bytes)
     if growth is not None:
         cluster.cleanup_mibps = growth.storage.cleanup_mibps
+    # the operator's own runner (the ``operator`` controller) issues its cleanups through
+    # the simulated API, which times them and frees the bytes: the cluster runs none itself
+    if cfg.cleanup:
+        cluster.cleanup = "external" if ctrl.runs_cleanup else "after-join"
     window_totals: list[float] = []
 
     noise = np.random.default_rng(cfg.seed)
@@ -367,6 +377,10 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
             rate_b = mib_to_bytes(max(last_rate, 0.1))
             left = (o.boot_left_s + o.per_sender_left / rate_b if o.kind == "add"
                     else o.leaving_data / rate_b)
+            if o.kind == "add" and cluster.cleanup == "after-join":
+                # then its cleanup, D in all (as the operator's expected_seconds(...,
+                # cleanup=True)): the operator's period plans from the end of both
+                left += cluster.total_bytes() / rate_b
             op = Operation(o.from_replicas, o.to_replicas, o.started_s, now + left)
         view, past = None, None
         if growth is not None:
@@ -379,6 +393,9 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
             read_ratio=r, interference=float(inter[s]) if ctrl.interference_aware else 0.0,
             load_now=float(load[s]), latency_ms=lat, migration_now=mig,
             storage=view, data_history=past,
+            # its cleanup, the new node serving: the operator's period passes no operation
+            # then, and the planner starts in the cleanup (stepping holds a scale-in)
+            cleanup_left_bytes=cluster.cleanup_bytes() if cluster.op is None else 0.0,
             gaps=missing if missing is not None and missing.any() else None,
             holidays=holidays if holidays is not None and holidays.any() else None,
         )
@@ -433,7 +450,8 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
                     load, inter, dt, cfg.boot_s, data_bytes, cfg.default_stream_mibps,
                     cfg.penalty, None if growth is None else growth.storage,
                     None if growth is None else growth.volume_bytes,
-                    None if growth is None else data_bytes + np.cumsum(growth.net_bytes)))
+                    None if growth is None else data_bytes + np.cumsum(growth.net_bytes),
+                    cfg.cleanup))
             if new_window:
                 new = ctrl.on_window(ctx)
                 setpoints = new if ctrl.replaces else setpoints + new
@@ -455,6 +473,10 @@ def _run_one(ctrl: Controller, knots: FloatArray, history: FloatArray, load: Flo
             rate = cfg.default_stream_mibps
         serving[s] = n
         k, used, billed[s] = cluster.step(now, dt, rate)
+        if k == "idle" and cluster.cleanup == "external":
+            outside = ctrl.cleanup_mibps()  # a cleanup the operator's runner issued
+            if outside is not None:
+                k, used = "cleanup", outside
         kind[s] = KINDS[k]
         rate_used[s] = used
         if used > 0:
@@ -486,6 +508,12 @@ def _latency(load: FloatArray, serving: FloatArray, kind: npt.NDArray[np.int8],
     lps = load / serving
     own = np.where(kind == KINDS["bootstrap"], rate, 0.0)
     p = np.asarray(cap.latency_ms(lps, r, own, inter))
+    clean = kind == KINDS["cleanup"]
+    if clean.any():  # one node in n rewrites its data at the rate; the others serve as ever
+        n = serving[clean]
+        p_clean = np.asarray(cap.latency_ms(lps[clean], r, rate[clean], inter[clean]))
+        # never below idle (the planner's tables say the same: schedule.physics_horizon)
+        p[clean] = np.maximum(mixture_p95(p_clean, 1.0 / n, p[clean]), p[clean])
     dec = kind == KINDS["decommission"]
     if dec.any():
         n = serving[dec]
