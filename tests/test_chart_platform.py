@@ -154,3 +154,19 @@ def test_the_agents_log_level_is_one_the_cli_takes() -> None:
                check=False)
     assert res.returncode != 0
     assert "agent.logLevel must be debug, info, warning or error, got verbose" in res.stderr
+
+
+@pytest.mark.k8s
+def test_the_operators_log_level_is_info_or_debug() -> None:
+    """values.yaml's logLevel: debug adds --verbose, info nothing; any other value fails
+    the install, where it used to run at info without a word."""
+    def args(level: str) -> list[str]:
+        d = one(render({**ON, "logLevel": level}), "Deployment", OPERATOR)
+        (c,) = pod_of(d)["spec"]["containers"]
+        return list(c["args"])
+
+    assert "--verbose" in args("debug") and "--verbose" not in args("info")
+    res = helm("template", "bw", str(CHART), *sets({**ON, "logLevel": "warning"}),
+               check=False)
+    assert res.returncode != 0
+    assert "logLevel must be info or debug, got warning" in res.stderr
