@@ -437,9 +437,14 @@ def _kill_while_streaming(d: Path, pod: JoiningPod, ip: str, stop: threading.Eve
         if got is not None and 0 < got.sent_bytes < KILL_BEFORE * got.send_bytes:
             pid = lab.kill_node(3, d=d)
             at = time.monotonic()
-            # its bootstrap tokens stay in the survivors' ring until they drop it (30 s here)
+            # its bootstrap tokens stay in the survivors' ring until they drop it (30 s here).
+            # Their liveness column may read Up, Down or "?" (in neither of the failure
+            # detector's lists yet: CI saw "?/Joining" right after a kill); the state is what
+            # this test is about, and it must be Joining on every row
             ring = _tokens(d, 1).get(ip, {})
-            assert ring.get("states") in ({"Up/Joining"}, {"Down/Joining"}), ring
+            states = ring.get("states") or set()
+            assert states and {s.split("/")[-1] for s in states} == {"Joining"}, ring
+            assert {s.split("/")[0] for s in states} <= {"Up", "Down", "?"}, ring
             return Kill(at, pid, got.sent_bytes / MIB, got.send_bytes / MIB,
                         set(ring["tokens"]))
         if stop.wait(0.5):
