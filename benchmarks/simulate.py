@@ -19,8 +19,11 @@ The replays' cluster cleans up after each join, as ``elastore simulate`` does si
 41; ``--no-cleanup`` runs the reference text's cluster, on which every replay cached before
 it ran (their cache keys are unchanged, a cleanup replay's carry "cleanup").
 
-Results are cached in benchmarks/.simulate-cache.json (delete it to rerun everything);
-runs use every core. Usage:
+Results are kept in benchmarks/results/simulate-replays.json, which is committed: a sweep
+of hours outlives the session that started it, and a later run reports or resumes it
+(delete the file to rerun everything). Each replay records the commit of ``elastore/`` it
+was measured on (``+dirty`` when that tree had uncommitted changes) and the day; runs use
+every core. Usage:
     .venv/bin/python benchmarks/simulate.py [--model lab|placeholder|FILE] [--windows N]
         [--sections 1,2,3,4] [--no-cleanup]
 """
@@ -31,6 +34,7 @@ import argparse
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,7 +43,7 @@ from typing import Any
 
 import pandas as pd
 
-CACHE = Path(__file__).with_name(".simulate-cache.json")
+CACHE = Path(__file__).with_name("results") / "simulate-replays.json"
 DEFAULT = "2009-03-08"
 SIZES = (10, 50, 200, 1000, 4000)
 SPEEDS = (600, 3600)
@@ -98,6 +102,20 @@ def J(*j: Any) -> tuple[Any, ...]:
     return (*j, "cleanup") if CLEANUP else j
 
 
+def provenance() -> dict[str, str]:
+    """The commit of the simulator's code a replay ran on, and the day (UTC)."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*a: str) -> str:
+        r = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True, check=False)
+        return r.stdout.strip() if r.returncode == 0 else ""
+
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "elastore")
+    return {"commit": head + ("+dirty" if dirty else ""),
+            "measured": time.strftime("%Y-%m-%d", time.gmtime())}
+
+
 def run_all(jobs: list[tuple[Any, ...]]) -> dict[str, Any]:
     cache: dict[str, Any] = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     if CACHED_ONLY:
@@ -106,10 +124,13 @@ def run_all(jobs: list[tuple[Any, ...]]) -> dict[str, Any]:
     if todo:
         print(f"running {len(todo)} replays ({len(jobs) - len(todo)} cached) ...",
               file=sys.stderr, flush=True)
+        stamp = provenance()
         with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             for k, (j, r) in enumerate(zip(todo, pool.map(job, todo), strict=True)):
-                cache[json.dumps(j)] = r
-                CACHE.write_text(json.dumps(cache))
+                cache[json.dumps(j)] = {**r, **stamp}
+                tmp = CACHE.with_suffix(".tmp")  # a kill mid-write loses no earlier replay
+                tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
+                tmp.replace(CACHE)
                 print(f"  {k + 1}/{len(todo)} {j[1]} {j[2]:g} GiB {j[3]} s P={j[4]:g}: "
                       f"{r['seconds']:.0f} s", file=sys.stderr, flush=True)
     return {json.dumps(j): cache[json.dumps(j)] for j in jobs}
