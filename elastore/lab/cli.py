@@ -13,6 +13,7 @@ from elastore.errors import ElastoreError
 from elastore.lab import netns
 from elastore.lab.cassandra import lab
 from elastore.lab.host import lab_dir
+from elastore.models.capacity import PERCENTILES
 
 
 @click.group("lab", cls=ElastoreGroup, extra="lab")
@@ -576,7 +577,8 @@ def profile_interference_cmd(out: Path, loads: str, kinds: str, levels: str,
               show_default=True, help="10 KiB rows (RF 2) of the keyspace the rebuilds stream.")
 @click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), default=100.0,
               show_default=True)
-@click.option("--percentile", type=click.Choice(["95", "99"]), default="95", show_default=True)
+@click.option("--percentile", type=click.Choice([str(p) for p in PERCENTILES]),
+              default=str(PERCENTILES[0]), show_default=True)
 @click.option("--read-ratio", type=click.FloatRange(0, 1), default=0.95, show_default=True)
 @click.option("--point-seconds", type=click.FloatRange(min=1), default=20.0,
               show_default=True)

@@ -11,6 +11,7 @@ import numpy as np
 from elastore.cliutil import ElastoreGroup, emit_json, log
 from elastore.errors import ElastoreError
 from elastore.models.bundle import INTERFERENCE_EFFECTS, ModelSet, fit_models
+from elastore.models.capacity import PERCENTILES
 
 
 @click.group(cls=ElastoreGroup)
@@ -32,7 +33,8 @@ def models() -> None:
               help="CSV: client_mbit,served_rps and/or migration_mbit,migration_mibps.")
 @click.option("--slo-ms", type=click.FloatRange(min=0, min_open=True), required=True,
               help="Latency SLO, milliseconds.")
-@click.option("--percentile", type=click.Choice(["95", "99"]), default="95", show_default=True)
+@click.option("--percentile", type=click.Choice([str(p) for p in PERCENTILES]),
+              default=str(PERCENTILES[0]), show_default=True)
 @click.option("--pool-by", default=None, metavar="COLUMN",
               help="Pool the rows that share this column's value (e.g. 'point' in an "
                    "'elastore lab profile' CSV) into one sample: median latency, mean rates.")
