@@ -1149,3 +1149,38 @@ def test_two_replicas_that_both_lead_record_and_act_each_step_once(
     assert sizes == [*range(4, peak + 1), *range(peak - 1, 2, -1)], sizes
     assert rig.calls("decommission") == [f"decommission db-{n}" for n in range(peak - 1, 2, -1)]
     assert rig.kube.violations == []
+
+
+def test_a_scale_in_on_the_first_period_is_timed_for_the_data_it_moves(ms: ModelSet) -> None:
+    """A fresh policy whose first period already scales in: its deadline must count the
+    node's data, which this tick observed (the status holds no observation yet). Timed from
+    the node overhead alone (0 s here), the decommission of 40 GiB was past its 900 s
+    deadline long before it ended, and the operation sat Stuck waiting for a human while the
+    node had in fact left (the simulator's operator stayed at one size for two weeks)."""
+    rig = Rig(ms, lambda _t: 1.5 * per_server(ms), planner="Horizon",
+              spec_patch={"scaleDown": {"stabilizationSeconds": 0},
+                          "scaleUp": {"cleanup": False}})
+    rig.cluster = Cluster.balanced(5, 200 * GIB, boot_s=30.0)
+    rig.kube = SimulatedKube(rig.cluster, NS, STS, volume_bytes=400 * GIB)
+    rig.metrics = TraceMetrics(lambda _t: 1.5 * per_server(ms), 0.95, rig.cluster.total_bytes,
+                               -3600.0, 1e9)
+    rig.runner = rig.new_runner()
+    rig.run(5.0)
+    op = rig.policies.status["operation"]
+    assert op["kind"] == "ScaleIn" and op["startedEpoch"] == 0.0, op
+    rate_bps = float(rig.policies.status["migrationMiBps"]) * 2**20
+    assert op["deadlineEpoch"] - op["startedEpoch"] >= 2 * (200 * GIB / 5) / rate_bps, op
+    # and it ends, never Stuck: the node leaves, its pod goes
+    phases: set[str] = set()
+
+    def watch() -> bool:
+        now = rig.policies.status.get("operation") or {}
+        if now.get("id") == op["id"]:
+            phases.add(now["phase"])
+        return rig.kube.spec_replicas < 5
+
+    rig.run(op["deadlineEpoch"] + 600.0, stop=watch)
+    assert rig.kube.spec_replicas == 4 and "Stuck" not in phases, (
+        phases, rig.policies.status.get("operation"))
+    assert rig.calls("decommission") == ["decommission db-4"]
+    assert rig.kube.violations == []

@@ -558,12 +558,25 @@ class OperatorController(Controller):
                 "planner": {"mode": "Horizon", "lookahead": f"{self.lookahead_s(ctx):g}s"},
                 "cost": {"violationPenalty": cfg.penalty},
                 # the replay's model as it is, or (`--learn-online`) learned from it x K
-                "capacityModel": {"learn": False} if self.prior_scale is None else {
-                    "learn": True, "priorScale": self.prior_scale},
+                "capacityModel": {**({"learn": False} if self.prior_scale is None else {
+                    "learn": True, "priorScale": self.prior_scale}), **self._model_ref(cap)},
                 # the URL is never dialled: the runner's metrics source is the replay
                 "metrics": {"prometheus": {"url": "http://simulated.invalid",
                                            "queries": {"interference": "replay"}}},
                 "interference": {"enabled": True}}
+
+    @staticmethod
+    def _model_ref(cap: CapacityModel) -> dict[str, Any]:
+        """The replay's model is the user's own, as a ConfigMap model is in the cluster (the
+        runner is handed it; nothing is read). The policy names one where the API would
+        insist: an SLO percentile the built-in model does not hold (p99), which the
+        operator refuses without a model fitted for it. Learning and its prior scale are
+        set above, so naming it changes no default."""
+        from elastore.operator.specfields import BUILTIN_PERCENTILES
+
+        if cap.percentile in BUILTIN_PERCENTILES:
+            return {}
+        return {"configMapRef": {"name": "replay-model"}}
 
     def lookahead_s(self, ctx: Context) -> float:
         """The same lookahead as the simulator's prorenata (set by :meth:`attach`)."""

@@ -99,6 +99,17 @@ class StoreCall:
     def sts(self) -> StatefulSetFacts:
         return self.target.sizes
 
+    def data_bytes(self) -> float | None:
+        """The store's data (bytes) as this tick observed it, else as the status last
+        recorded it; None: never observed. A step's deadline is timed from it: read from the
+        status alone, the first period after a start has none, and a scale-in given only
+        the node overhead is past its deadline (Stuck) long before its data has moved."""
+        for rec in (self.out.get("observed"), self.status.get("observed")):
+            data = (rec or {}).get("dataBytes")
+            if data is not None:
+                return float(data)
+        return None
+
     def migration_mibps(self) -> float:
         """The migration rate in force (MiB/s): the status's, else the policy's floor."""
         rate = self.out.get("migrationMiBps", self.status.get("migrationMiBps"))

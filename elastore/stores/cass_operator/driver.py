@@ -104,9 +104,8 @@ class DatacenterDriver(CassandraNodes):
     def begin(self, call: StoreCall, kind: Kind, step_to: int | None) -> Begun:
         spec, sts, dc = call.spec, call.sts, self._dc(call)
         assert step_to is not None
-        data = (call.status.get("observed") or {}).get("dataBytes")
         expected = machine.expected_step_seconds(
-            kind, sts.spec_replicas, step_to, None if data is None else float(data),
+            kind, sts.spec_replicas, step_to, call.data_bytes(),
             call.migration_mibps(), spec.node_overhead_s)
         new = machine.start(kind, spec.target.name, sts.spec_replicas, step_to,
                                 max(call.now, call.clock()), expected)

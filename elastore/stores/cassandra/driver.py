@@ -86,9 +86,8 @@ class StatefulSetPods:
 
     def begin(self, call: StoreCall, kind: Kind, step_to: int | None) -> Begun:
         spec, sts = call.spec, call.sts
-        data = (call.status.get("observed") or {}).get("dataBytes")
         expected = operation.expected_seconds(
-            kind, sts.spec_replicas, None if data is None else float(data),
+            kind, sts.spec_replicas, call.data_bytes(),
             call.migration_mibps(), spec.node_overhead_s, cleanup=spec.cleanup)
         # started when it starts: the tick may have waited on the cluster since call.now
         new = operation.start(kind, spec.target.name, sts.spec_replicas,
