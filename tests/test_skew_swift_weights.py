@@ -224,7 +224,17 @@ def test_skew_cut_on_a_real_ring_moves_within_the_bound(tmp_path: Path, n: int, 
         def plan(x: float, t: Any = t, wt: float = wt) -> w.WeightChange:
             return w.plan_revert(t, c.device, wt, 100.0, x, replicas, 100.0)
 
-        r, cur, moved_back = w.fit(plan, measure_on(cur), f)
+        # the builder's rebalance is random (Swift seeds it afresh each time), and a step it
+        # cannot fit in three plans is NoCut; the driver then keeps the record and tries
+        # again next period (one CI run: 5.3 % moved against a 5 % bound), and so does this
+        for attempt in range(3):
+            try:
+                r, cur, moved_back = w.fit(plan, measure_on(cur), f)
+                break
+            except w.NoCut as exc:
+                print(f"  revert step {steps + 1}, attempt {attempt + 1}: {exc}")
+                if attempt == 2:
+                    raise
         assert 0 < moved_back <= f and r.to_weight >= weight
         weight, steps = r.to_weight, steps + 1
         print(f"  revert step {steps}: weight -> {weight:g}, partitions "
