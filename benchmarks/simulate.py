@@ -217,6 +217,21 @@ def section_decomposition(model: str, starts: list[str]) -> None:
           f"{sum(x <= 1.10 for x in uq.values())}/{len(u50)} (worst "
           f"{max(uq.values(), default=float('nan')):.3f}) |")
     print()
+    uall = {j: u(rows[j], "prorenata") / u(rows[j], "optimal") for j in jobs}
+    print("Per data size and replay speed (worst in brackets):\n")
+    print("| data GiB | s/h | replays | VM-hours <= 1.10 x optimal | violation <= 1 % | "
+          "U(100) <= 1.10 x optimal |")
+    print("|---:|---:|---:|---|---|---|")
+    for hs in SPEEDS:
+        for g in SIZES:
+            js = [j for j in jobs if j[2] == float(g) and j[3] == hs]
+            if not js:
+                continue
+            print(f"| {g} | {hs} | {len(js)} | {sum(vm[j] <= 1.10 for j in js)} "
+                  f"({max(vm[j] for j in js):.3f}) | {sum(viol[j] <= 1.0 for j in js)} "
+                  f"({max(viol[j] for j in js):.2f} %) | "
+                  f"{sum(uall[j] <= 1.10 for j in js)} ({max(uall[j] for j in js):.3f}) |")
+    print()
     missed = [j for j in jobs if vm[j] > 1.10 or viol[j] > 1.0 or uq.get(j, 0.0) > 1.10]
     if not missed:
         return
