@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -609,12 +610,22 @@ def test_real_node_enforce_scales_out_at_the_planned_time(run: Run) -> None:
                      if any(a.get("replicas") == 4 and abs(float(a["atEpoch"]) - due) < 1
                             for a in ((s.get("memory") or {}).get("actions") or [])))
     assert due - 1.0 <= started <= max(due, first_seen) + 15.0, (due, first_seen, started)
-    # on rising load (the kwok-backed e2e's check was 1.2 x the trough; runs here, with a
-    # longer lead, started at 1.19 and 1.31 x)
+    # where on the rise the step began is printed, not asserted. This used to ask for the
+    # rise to have begun at the start (1.1 x the trough): runs started at 1.19 and 1.31 x,
+    # then fresh-clone runs at 1.04 and 1.08 x (the second on a forecast of 53 req/s with 72
+    # observed: the reactive correction's step) and one at 1.53 x, each when its plan made
+    # it due (checked above). On a replay of 20 s a trace hour, the 1-minute rate window
+    # alone is 3 trace hours of lag, so the lead lands anywhere on the morning's rise
     obs = [float((s.get("observed") or {}).get("requestsPerSecond") or 0)
            for t, s in run.samples if t <= started and s.get("observed")]
+    obs = [v for v in obs if v > 0]
+    assert obs, "no observed load in the status before the step"
     fc = float((before.get("forecast") or {}).get("requestsPerSecond") or 0)
-    assert obs and obs[-1] > min(obs) * 1.1, (obs[-20:], fc, st.get("observed"))
+    first = next(s for t, s in run.samples if t == first_seen)
+    fc_first = float((first.get("forecast") or {}).get("requestsPerSecond") or 0)
+    why = str((before.get("lastDecision") or {}).get("reason") or "")
+    per = re.search(r"\(([\d,.]+) req/s/server under", why)
+    carry = f"{3 * float(per.group(1).replace(',', '')):.0f}" if per else "?"
     assert before["lastDecision"]["ok"] is True
     reasons = [e["reason"] for e in events(run.cp, NS, POLICY)]
     assert "ScaleOutStarted" in reasons and "Throttle" in reasons, reasons
@@ -626,8 +637,10 @@ def test_real_node_enforce_scales_out_at_the_planned_time(run: Run) -> None:
     done = next((t for t, s in run.samples if t > started and not s.get("operation")), None)
     print(f"scale-out took {done - started if done else float('nan'):.0f} s (pod, boot, join); "
           f"planned {max(0.0, due - first_seen):.0f} s ahead, started {started - due:+.1f} s "
-          f"from its planned time; load then {obs[-1]:.0f} req/s (trough {min(obs):.0f}), "
-          f"forecast {fc:.0f} req/s")
+          f"from its planned time; load then {obs[-1]:.0f} req/s (trough {min(obs):.0f}; "
+          f"3 servers carry {carry} under the decision's model), forecast {fc:.0f} req/s "
+          f"(when the step first showed: {fc_first:.0f}); the decision before it: "
+          f"{why[:600]}")
 
 
 def test_real_node_the_agent_shapes_every_pods_veth_the_new_one_too(run: Run) -> None:
