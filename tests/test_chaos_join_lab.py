@@ -47,6 +47,7 @@ import pytest
 
 from elastore.actuators.nodetool import (
     Ring,
+    StreamProgress,
     compaction_tasks,
     parse_compaction_throughput,
     parse_host_id,
@@ -138,9 +139,16 @@ class JoiningPod:
     ready: threading.Event = field(default_factory=threading.Event)
     exits: list[str] = field(default_factory=list)  # why each run of the container ended
     restarted_at: list[float] = field(default_factory=list)  # monotonic, each restart
+    first_start: float | None = None  # monotonic: the container's first start
     ready_at: float | None = None  # monotonic: the node UN in its own status
 
+    @property
+    def started_at(self) -> float:
+        """When its container last started (monotonic)."""
+        return self.restarted_at[-1] if self.restarted_at else self.first_start or 0.0
+
     def run(self) -> None:
+        self.first_start = time.monotonic()
         try:
             lab.add_node(self.d)
             self.ready_at = time.monotonic()
@@ -398,6 +406,9 @@ class Kill:
     sent_mib: float  # what node 1 had streamed to node 3 by then
     to_send_mib: float  # of this
     tokens: set[int]  # node 3's, Joining in node 1's ring right after
+    plan: str  # the bootstrap stream's plan id in node 1's netstats
+    stale_polls: int  # netstats polls before it that listed only an earlier, killed session
+    netstats: str  # node 1's, that showed it
 
 
 @dataclass
@@ -418,23 +429,51 @@ class Chaos:
         return self.kills[0].at if self.kills else None
 
 
-def _kill_while_streaming(d: Path, pod: JoiningPod, ip: str, stop: threading.Event
-                          ) -> Kill | None:
+_PLAN = re.compile(r"^(\S[^\n]*?) ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-"
+                   r"[0-9a-f]{12})[ \t]*$", re.M)
+
+
+def _bootstrap_sessions(netstats: str) -> dict[str, StreamProgress]:
+    """plan id -> its progress, for each Bootstrap session ``netstats`` lists (NetStats
+    prints "<description> <planId>" above each session's peers)."""
+    heads = list(_PLAN.finditer(netstats))
+    out: dict[str, StreamProgress] = {}
+    for i, m in enumerate(heads):
+        if m.group(1).strip() == "Bootstrap":
+            body = netstats[m.end():heads[i + 1].start() if i + 1 < len(heads) else None]
+            out[m.group(2)] = stream_progress(body)
+    return out
+
+
+def _kill_while_streaming(d: Path, pod: JoiningPod, ip: str, stop: threading.Event,
+                          killed: set[str]) -> Kill | None:
     """SIGKILL node 3 once node 1's ``netstats`` shows part of its bootstrap stream sent (a
     bootstrapping Cassandra 5.0.4 answers no nodetool itself: "Server is not initialized
-    yet"); its tokens are then read Joining in node 1's ring. None if the test stopped."""
+    yet"); its tokens are then read Joining in node 1's ring. None if the test stopped.
+
+    Only a session whose plan is not in ``killed`` counts: node 1 may still list the stream
+    of a bootstrap killed before, with its bytes sent so far (a CI run killed the restarted
+    node on such a listing before it had announced its new bootstrap: by then the survivors
+    had dropped the first, and node 1's ring had no row for node 3)."""
     end = time.monotonic() + 300
+    stale = 0
     while True:
         assert time.monotonic() < end, f"node 3's bootstrap was never seen streaming (its " \
-                                       f"pod: {pod.exits})"
+                                       f"pod: {pod.exits}; polls that listed only a killed " \
+                                       f"bootstrap's session: {stale})"
         assert not pod.ready.is_set(), "node 3 joined before it was seen streaming"
         try:
-            got = stream_progress(_nodetool(d, 1)("netstats"))
+            text = _nodetool(d, 1)("netstats")
         except ElastoreError:
-            got = None  # a busy node: again
+            text = ""  # a busy node: again
+        sessions = _bootstrap_sessions(text)
+        stale += bool(sessions) and set(sessions) <= killed
         # well inside the stream: a kill seconds before its end can land after the node has
         # finished its bootstrap (seen once: it then restarts straight into NORMAL)
-        if got is not None and 0 < got.sent_bytes < KILL_BEFORE * got.send_bytes:
+        live = [(plan, got) for plan, got in sessions.items() if plan not in killed
+                and 0 < got.sent_bytes < KILL_BEFORE * got.send_bytes]
+        if live:
+            plan, got = live[0]
             pid = lab.kill_node(3, d=d)
             at = time.monotonic()
             # its bootstrap tokens stay in the survivors' ring until they drop it (30 s here).
@@ -443,10 +482,12 @@ def _kill_while_streaming(d: Path, pod: JoiningPod, ip: str, stop: threading.Eve
             # this test is about, and it must be Joining on every row
             ring = _tokens(d, 1).get(ip, {})
             states = ring.get("states") or set()
-            assert states and {s.split("/")[-1] for s in states} == {"Joining"}, ring
+            assert states and {s.split("/")[-1] for s in states} == {"Joining"}, \
+                (ring, f"killed {at - pod.started_at:.1f} s after its container started, on "
+                       f"plan {plan}", text)
             assert {s.split("/")[0] for s in states} <= {"Up", "Down", "?"}, ring
             return Kill(at, pid, got.sent_bytes / MIB, got.send_bytes / MIB,
-                        set(ring["tokens"]))
+                        set(ring["tokens"]), plan, stale, text)
         if stop.wait(0.5):
             return None
 
@@ -462,7 +503,7 @@ def _chaos(d: Path, port: ChaosPort, ch: Chaos, stop: threading.Event) -> None:
         pod = port.joining
         st = _state(d)
         ip = next(x.spec.ip for x in st.nodes if x.n == 3)
-        first = _kill_while_streaming(d, pod, ip, stop)
+        first = _kill_while_streaming(d, pod, ip, stop, set())
         if first is None:
             return
         ch.kills.append(first)
@@ -470,7 +511,7 @@ def _chaos(d: Path, port: ChaosPort, ch: Chaos, stop: threading.Event) -> None:
             if stop.wait(0.5):
                 return
         pod.hold.set()  # from now on the pod stays down until it is let go
-        again = _kill_while_streaming(d, pod, ip, stop)
+        again = _kill_while_streaming(d, pod, ip, stop, {first.plan})
         if again is None:
             return
         ch.kills.append(again)
@@ -660,12 +701,15 @@ def test_chaos_a_joining_node_killed_during_bootstrap(cluster: Path) -> None:
     assert not read["corrupt"], read["corrupt"]
     missing = sorted(set(dead_acked + dropped_acked) - set(read["intact"]))
     assert not missing, missing
+    print("node 1's netstats at the first kill:\n" + first.netstats)
     k1, k2, back = first.at, again.at, pod.restarted_at[-1]
     print(f"node 3 killed (pid {first.pid}) {k1 - (scaled_at or k1):.1f} s after the scale, "
           f"node 1 having sent it {first.sent_mib:.1f} of {first.to_send_mib:.1f} MiB; "
           f"restarted by its pod {pod.restarted_at[0] - k1:.1f} s later and killed again "
           f"(pid {again.pid}) {k2 - k1:.1f} s after the first kill, {again.sent_mib:.1f} of "
-          f"{again.to_send_mib:.1f} MiB sent; QUORUM writes while it was down: "
+          f"{again.to_send_mib:.1f} MiB sent on a new plan ({again.stale_polls} netstats "
+          f"poll(s) before it listed only the killed bootstrap's session); QUORUM writes "
+          f"while it was down: "
           f"{len(dead_acked)} of {PROBE_KEYS} acknowledged ({ch.probe_dead['errors']}); the "
           f"survivors dropped its joining endpoint {ch.dropped_at - k2:.1f} s after the second "
           f"kill; restarted {back - k2:.1f} s after it; joined (UN on both survivors) "
