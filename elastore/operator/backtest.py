@@ -22,8 +22,9 @@ What it does not replay: the size the cluster would have had if Enforce had acte
 rows use the size Prometheus saw: the nodes serving requests, or ``--replicas``), a learned
 model the policy kept in its ConfigMap (the learning starts from the prior at ``--from``,
 as a new policy's does), whether a node step was under way (every period's per-node
-readings are learned from; the operator skips those of a period with a step running) and
-the interference index (blind). The header says so.
+readings are learned from; the operator skips those of a period with a step running), a
+hot-partition sample (the load skew is replayed from each pod's load: the observed imbalance,
+not a single-token ring's model) and the interference index (blind). The header says so.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from elastore.models import estimate
 from elastore.models.bundle import ModelSet
 from elastore.models.capacity import CapacityModel
 from elastore.models.online import CapacityLearner
-from elastore.operator import calibration, plausible, policyloop
+from elastore.operator import calibration, plausible, policyloop, skew
 from elastore.operator.conditions import iso
 from elastore.operator.metrics import MetricsSource, NodeReading
 from elastore.operator.spec import GROUP, KIND, VERSION, PolicySpec, SpecError
@@ -111,6 +112,22 @@ def periods(spec: PolicySpec, start_s: float, end_s: float) -> list[float]:
     return [start_s + k * spec.control_period_s for k in range(n)]
 
 
+def skew_view(spec: PolicySpec, per_node: dict[str, NodeReading] | None, replicas: int,
+              read_ratio: float, load_rps: float) -> skew.SkewView | None:
+    """The per-pod view the operator hands its planner (``spec.skew``; None with mode Off),
+    from this period's per-node readings: the serving pods (a request rate above 0), and as
+    many unread ones as the size has more (a partial view: sized for the mean node, as the
+    operator sizes a period whose pod went unread). No hot-partition sample is replayed (the
+    backtest reads no ring), so a single-token ring's skew model is not: the observed
+    imbalance is, at every size, as the operator plans a ring it has not sampled."""
+    if spec.skew.mode == "Off":
+        return None
+    busy = sorted(p for p, r in (per_node or {}).items() if (r.load_rps or 0.0) > 0)
+    pods = busy + [f"(unread {k})" for k in range(len(busy), replicas)]
+    return skew.build(spec.skew, skew.pod_loads(pods, per_node or {}),
+                      spec.target.replication_factor, read_ratio, load_rps, None)
+
+
 def serving(per_node: dict[str, NodeReading] | None, reporting: int) -> int:
     """The size there was, as Prometheus can tell: the nodes serving clients (a per-node
     request rate above 0; an exporter may keep flat series for pods that serve nothing, or
@@ -173,7 +190,8 @@ def replay(spec: PolicySpec, source: MetricsSource, models: ModelSet, start_s: f
             if learning is not None:
                 est = learning.period(per_node)
                 planned, cal = est.models, est.calibration
-            d = policyloop.decide(spec, snap, n, planned, memory, warm=warm)
+            seen = skew_view(spec, per_node, n, snap.read_ratio, snap.load_rps)
+            d = policyloop.decide(spec, snap, n, planned, memory, warm=warm, skew=seen)
             memory = d.memory
             risk = policyloop.slo_at_risk(planned, d.forecast_rps, snap.read_ratio, n)
             would = policyloop.would_scale(d.actions, t, n)

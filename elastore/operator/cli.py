@@ -222,6 +222,9 @@ def backtest_cmd(policy_file: Path, start: Any, end: Any, namespace: str | None,
              f"capacity model {base} as it is (spec.capacityModel.learn is false)",
              "interference-blind; the size at each period: the nodes serving requests"
              if replicas is None else f"interference-blind; a fixed size of {replicas}"]
+    if spec.skew.mode != "Off":
+        notes.append("the load skew from each pod's load (its imbalance at every size); no "
+                     "hot-partition sample, so not a single-token ring's model")
 
     def progress(k: int, n: int, row: backtest.Row) -> None:
         if not as_json and (k == n or k % 50 == 0):
