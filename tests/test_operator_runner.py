@@ -1184,3 +1184,24 @@ def test_a_scale_in_on_the_first_period_is_timed_for_the_data_it_moves(ms: Model
         phases, rig.policies.status.get("operation"))
     assert rig.calls("decommission") == ["decommission db-4"]
     assert rig.kube.violations == []
+
+
+@pytest.mark.parametrize("planner", ["Window", "Horizon"])
+def test_a_lowered_max_brings_the_statefulset_back_to_it_under_load(
+        ms: ModelSet, planner: str) -> None:
+    """The load holds 5 servers busy; the user lowers replicas.max to 4: the operator
+    decommissions the fifth node (one, verified as every scale-in) although the load still
+    wants it, as HPA brings a target back to its max, and the status says why."""
+    rig = Rig(ms, lambda t: 4.5 * per_server(ms), planner=planner)
+    rig.run(1800)
+    assert rig.kube.spec_replicas == 5, rig.policies.status.get("lastDecision")
+    assert not rig.calls("decommission")
+    rig.policies.body["spec"]["replicas"]["max"] = 4
+    rig.policies.body["metadata"]["generation"] = 2
+    rig.run(rig.t + 60)
+    said = rig.policies.status["lastDecision"]["reason"]
+    assert "5 server(s) are above replicas.max 4: removed" in said, said
+    rig.run(rig.t + 1800)
+    assert rig.kube.spec_replicas == 4, rig.policies.status.get("lastDecision")
+    assert len(rig.calls("decommission")) == 1, rig.kube.calls
+    assert rig.policies.status["desiredReplicas"] == 4

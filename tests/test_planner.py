@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,8 @@ from elastore.models import ModelError, ModelSet, fit_capacity
 from elastore.models.bandwidth import fit_bandwidth
 from elastore.models.synthetic import LatencyLaw, bandwidth_profile, sample_profile
 from elastore.planner import Observation, Operation, PlannerConfig, plan
+from elastore.planner.types import LoadPath
+from elastore.resources import builtin_model
 
 GIB = 2**30
 
@@ -194,3 +197,56 @@ def test_no_thrash_a_reactive_scale_in_is_never_undone_in_its_window(
     steps = [b - a for a, b in itertools.pairwise(sizes)]
     assert all(d < 0 for d in steps) or all(d > 0 for d in steps), sizes
     assert p.desired_replicas == desired
+
+
+@pytest.mark.parametrize("mode", ["window", "horizon"])
+def test_above_replicas_max_the_plan_goes_back_to_it_whatever_the_load(mode: str) -> None:
+    """A StatefulSet above ``replicas.max`` (someone else scaled it, or the max was lowered)
+    is brought back to the max now, one node after the other, as HPA brings it, even where
+    the load wants more, and in Window mode even where a decommission takes longer than the
+    window (the merge rule drops a load's scale-in then, not a bound's). Both planners used
+    to hold 6 of max 5 at 2,000 req/s ("no change: 6")."""
+    pm = ModelSet.load(builtin_model("placeholder"))
+    c = cfg(min_replicas=3, max_replicas=5, mode=mode, lookahead_s=7200.0,
+            node_overhead_s=120.0, min_migration_mibps=1.0, max_migration_mibps=24.0)
+    assert pm.capacity.servers_needed(2000.0, 0.95, 0.0) == 6  # the load wants 6
+    for n, want in ((6, [5]), (8, [7, 6, 5])):
+        p = plan(obs(replicas=n, load_rps=2000.0, forecast_rps=2000.0, data_bytes=100 * GIB),
+                 c, pm)
+        steps = [a.replicas for a in p.actions]
+        assert steps[:len(want)] == want, (mode, n, p.reason)
+        assert p.actions[0].at_s == 0.0 and p.desired_replicas == 5, p.reason
+        assert all(b.at_s >= a.at_s for a, b in itertools.pairwise(p.actions))
+        assert "above replicas.max 5: removed one after the other" in p.reason
+    # within the bounds nothing of this is said, and the max is never passed
+    p = plan(obs(replicas=4, load_rps=2000.0, forecast_rps=2000.0, data_bytes=100 * GIB),
+             c, pm)
+    assert "above replicas.max" not in p.reason and p.desired_replicas == 5
+    assert all(a.replicas <= 5 for a in p.actions)
+
+
+def test_a_load_past_what_max_carries_holds_the_max_not_fewer() -> None:
+    """5,000 req/s on the placeholder model wants 13 servers; the most allowed are 5. Every
+    size then violates, and a violation counted once whatever the size made 3 the cheapest
+    overload: the horizon plan removed a node of 4 as the load passed the max. Each server
+    short of the max now counts as its share of a violation: the plan reaches the max (as
+    the Window plan does) and holds it while the overload lasts."""
+    pm = ModelSet.load(builtin_model("placeholder"))
+    assert pm.capacity.servers_needed(5000.0, 0.95, 0.0) == 13
+    for mode in ("horizon", "window"):
+        c = cfg(min_replicas=3, max_replicas=5, mode=mode, lookahead_s=7200.0,
+                node_overhead_s=120.0, min_migration_mibps=1.0, max_migration_mibps=24.0)
+        for n in (3, 4, 5):
+            p = plan(obs(replicas=n, load_rps=5000.0, forecast_rps=5000.0,
+                         data_bytes=100 * GIB), c, pm)
+            assert p.desired_replicas == 5, (mode, n, p.reason)
+            assert all(a.replicas >= n for a in p.actions), (mode, n, p.reason)
+    # the overload passes: the horizon plan holds the max through it, then scales in
+    c = cfg(min_replicas=3, max_replicas=5, mode="horizon", lookahead_s=4 * 3600.0,
+            node_overhead_s=120.0, min_migration_mibps=1.0, max_migration_mibps=24.0)
+    times = np.arange(600.0, 4 * 3600.0 + 1, 600.0)
+    load = np.where(times <= 3600.0, 5000.0, 300.0)
+    p = plan(obs(replicas=5, load_rps=5000.0, forecast_rps=5000.0, data_bytes=10 * GIB,
+                 path=LoadPath(times, load, load[None, :], np.array([1.0]))), c, pm)
+    assert p.actions and p.actions[0].at_s >= 3600.0, p.reason
+    assert min(a.replicas for a in p.actions) < 5, p.reason  # (back out for the repeat)

@@ -123,7 +123,7 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
     ns = np.arange(n_lo, n_hi + 1)
     busiest = skew.factors(ns) if skew is not None else np.ones(len(ns))
     h = _tables(cap, mig, median, scen, weights, r, i, dt, cfg.node_overhead_s,
-                moved_bytes, n_lo, n_hi, limit, busiest, cfg.cleanup)
+                moved_bytes, n_lo, n_hi, limit, busiest, cfg.cleanup, cfg.max_replicas)
     dt_h = dt / 3600
     floor = _floor(obs, cfg, times)
 
@@ -135,7 +135,8 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
         terminal = TAIL * (steps - s0) * dt_h * (ns + cfg.penalty * hz.idle_violates.mean(axis=1)
                                                  + hz.disk_penalty * d_idle[:, -1])
         sched = cheapest(hz, n0, cfg.penalty, terminal=terminal, floor=floor,
-                         cleaning_bytes=cleaning if hz.clean_bytes is not None else 0.0)
+                         cleaning_bytes=cleaning if hz.clean_bytes is not None else 0.0,
+                         ceiling=cfg.max_replicas)
         k = n0 - n_lo
         hold = float(np.sum(dt_h * (n0 + cfg.penalty * hz.idle_violates[k]
                                     + hz.disk_penalty * d_idle[k])) + terminal[k])
@@ -147,7 +148,7 @@ def plan_horizon(obs: Observation, cfg: PlannerConfig, models: ModelSet) -> Plan
         # what the mean node alone would want: the skew binds when it buys more
         blind, _ = solve(_tables(cap, mig, median, scen, weights, r, i, dt,
                                  cfg.node_overhead_s, moved_bytes, n_lo, n_hi, limit,
-                                 np.ones(len(ns)), cfg.cleanup))
+                                 np.ones(len(ns)), cfg.cleanup, cfg.max_replicas))
         if np.any(_servers(sched, len(times)) > _servers(blind, len(times))):
             bytes_plan["binding"] = "skew"
     if skew is not None:
@@ -233,13 +234,21 @@ def _bytes(view: StorageView, obs: Observation, cfg: PlannerConfig, times: Float
 def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: FloatArray,
             weights: FloatArray, r: float, i: float, dt: float, boot_s: float,
             data_bytes: float, n_lo: int, n_hi: int, limit: float,
-            busiest: FloatArray | None = None, cleanup: bool = False) -> Horizon:
+            busiest: FloatArray | None = None, cleanup: bool = False,
+            max_replicas: int | None = None) -> Horizon:
     """Rates at the median load; violation probabilities over the weighted scenarios, for
     the busiest node (``busiest``: its load over the mean at each size; 1: the mean).
     ``cleanup``: each join is followed by the old nodes' cleanup, D at f() (the throttle in
     force once the node has joined, whatever rule moved its data: the operator throttles
     the cleanup to it), one node in n rewriting (never less likely to violate than idle),
-    no removal meanwhile."""
+    no removal meanwhile.
+
+    Saturation (``max_replicas`` in the table): where a scenario's load violates the SLO
+    even on ``max_replicas`` idle servers, every size violates there, and a violation
+    counted once whatever the size would make fewer servers the cheaper overload (a plan
+    that removed nodes as the load passed what the most allowed carry). There each server
+    short of the most allowed adds its share of a violation, ``(max - n) / max``: the
+    plan holds, or reaches, ``max_replicas`` while the overload lasts."""
     ns = np.arange(n_lo, n_hi + 1, dtype=float)[:, None]  # (N, 1)
     hot = (np.ones(len(ns)) if busiest is None else np.asarray(busiest, dtype=float))[:, None]
     # migrations are timed at the rate the upper scenarios allow: BwMan slows a migration
@@ -268,6 +277,13 @@ def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: F
                                             i), limit)
     fast_rem_v = (w * over_f).sum(axis=0)
     n = ns[:, 0]
+    short = np.zeros(idle.shape)
+    if max_replicas is not None and n_lo <= max_replicas <= n_hi:
+        k = max_replicas - n_lo
+        sat = (w[:, 0] * (cap.latency_ms(lps[:, k], r, 0.0, i) > limit)).sum(axis=0)  # (T,)
+        short = np.clip((max_replicas - n) / max_replicas, 0.0, None)[:, None] * sat[None]
+        idle, add_v, rem_v = idle + short, add_v + short, rem_v + short
+        fast_add_v, fast_rem_v = fast_add_v + short, fast_rem_v + short
     rules: tuple[RateRule, ...] = (RateRule("bwman", add, add_v, rem, rem_v),
                                    RateRule("fast", fast, fast_add_v, fast, fast_rem_v))
     clean_bytes = None
@@ -279,7 +295,7 @@ def _tables(cap: CapacityModel, mig: MigrationModel, median: FloatArray, scen: F
                                      lat_idle, limit) | (lat_idle > limit)
             return np.asarray((w * over_c).sum(axis=0))
 
-        at_f = cleaning(add)
+        at_f = cleaning(add) + short
         rules = tuple(replace(rule, clean_mibps=add, clean_violates=at_f) for rule in rules)
         clean_bytes = np.full(len(n), data_bytes)
     return Horizon(step_s=dt, n_lo=n_lo, idle_violates=idle, rules=rules,
@@ -383,6 +399,9 @@ def _plan(obs: Observation, cfg: PlannerConfig, models: ModelSet, h: Horizon,
            f"expected U {sched.cost:,.2f} (VM-hours {sched.vm_hours:,.2f}, violation-hours "
            f"{sched.violation_hours:.3f} at penalty {cfg.penalty:g}) against {hold:,.2f} "
            f"holding {sched.n0}"]
+    if sched.n0 > cfg.max_replicas:
+        why.append(f"{sched.n0} server(s) are above replicas.max {cfg.max_replicas}: removed "
+                   f"one after the other down to it, whatever the load wants")
     if obs.operation is not None:
         why.append(f"an operation to {obs.operation.to_replicas} is in progress until "
                    f"{obs.operation.expected_end_s:.0f} s: new actions wait")

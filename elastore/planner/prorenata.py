@@ -190,6 +190,16 @@ def _schedule(w: _Window, tg: _Targets) -> _Schedule:
     moment when both fit, else one merged change (see the module's merge rule)."""
     cfg = w.cfg
     base, reactive, proactive = w.base, tg.reactive, tg.proactive
+    if base > cfg.max_replicas:
+        # outside the bounds (scaled up by someone else, or the max lowered): back within
+        # them now, as HPA does, whatever the load wants and whether or not it fits the
+        # window (the merge rule's "scale-in is never urgent" is about the load's plans)
+        est = w.estimate(base, cfg.max_replicas, now_load_only=True)
+        w.why.append(f"{base} server(s) are above replicas.max {cfg.max_replicas}: removed "
+                     f"one after the other down to it, whatever the load wants")
+        return _Schedule(_steps(w.start, base, cfg.max_replicas, est, "reactive", cfg,
+                                "back within replicas.max"), False, est.seconds, 0.0,
+                         cfg.max_replicas)
     est_r = w.estimate(base, reactive, now_load_only=True)
     est_p = w.estimate(reactive, proactive)
     window = w.length

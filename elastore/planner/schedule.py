@@ -238,13 +238,18 @@ def _window_sum(prefix: FloatArray, a: IntArray, b: IntArray) -> FloatArray:
 
 
 def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None = None,
-             floor: IntArray | None = None, cleaning_bytes: float = 0.0) -> Schedule:
+             floor: IntArray | None = None, cleaning_bytes: float = 0.0,
+             ceiling: int | None = None) -> Schedule:
     """The schedule of least U from ``n0`` servers, idle, at step 0.
 
     ``terminal[k]``: the value of ending the horizon at ``n_lo + k`` servers (default 0).
     ``floor[t]``: no removal may leave fewer servers than this from step t on (e.g. the
-    scale-down stabilization window). ``cleaning_bytes`` (a horizon with a cleanup): the
-    ``n0`` servers are not idle but in a join's cleanup with this much left to rewrite."""
+    scale-down stabilization window). ``ceiling``: no more servers than this (``replicas.max``):
+    none is added to pass it, and from above it (``n0`` over it: someone else scaled the
+    target up, or the policy's max was lowered) the only way is down, one removal after the
+    other from step 0, whatever the load; the floor gives way to it. ``cleaning_bytes`` (a
+    horizon with a cleanup): the ``n0`` servers are not idle but in a join's cleanup with
+    this much left to rewrite."""
     h.validate()
     if not h.n_lo <= n0 <= h.n_hi:
         raise ElastoreError(f"{n0} servers are outside the horizon's {h.n_lo}..{h.n_hi}")
@@ -262,6 +267,8 @@ def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None
     np.cumsum(d_add, axis=1, out=add_d[:, 1:])
     rem_d = np.zeros((N, T + 1))
     np.cumsum(d_rem, axis=1, out=rem_d[:, 1:])
+    if ceiling is not None and floor is not None:
+        floor = np.minimum(floor, ceiling)
     # options: 0 stay; then per rule an add and a removal
     K = 1 + 2 * len(h.rules)
     cost = np.full((T, K, N), np.inf)
@@ -297,6 +304,10 @@ def cheapest(h: Horizon, n0: int, penalty: float, *, terminal: FloatArray | None
         to_t[:, ka, :], to_t[:, kr, :] = np.minimum(e_add, T).T, np.minimum(e_rem, T).T
         to_n[ka] = np.minimum(np.arange(N) + 1, N - 1)
         to_n[kr] = np.maximum(np.arange(N) - 1, 0)
+    if ceiling is not None and ceiling < h.n_hi:
+        cost[:, 0, ns > ceiling] = np.inf  # held above it: never
+        for r in range(len(h.rules)):
+            cost[:, 1 + 2 * r, ns >= ceiling] = np.inf  # added past it: never
     value = np.zeros((T + 1, N))
     if terminal is not None:
         if np.shape(terminal) != (N,):
