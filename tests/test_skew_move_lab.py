@@ -17,9 +17,9 @@ ALL.
 
 Why the margin on the hot node's fall is what it is: both replays issue the same requests
 in the same order, so what differs is only the ring that routes them; the counts' own
-noise is the reads a replica other than the first one served (speculative retries, the
-dynamic snitch), which the test bounds against the ring's prediction (within 2 % of all
-work per node). The fall must still exceed 3 standard deviations of the key-draw noise of
+noise is the reads a replica other than the first one served (the dynamic snitch; the
+table has no speculative retry, which also counted a slow read twice), which the test
+bounds against the ring's prediction (within 2 % of all work per node). The fall must still exceed 3 standard deviations of the key-draw noise of
 two *independent* replays of this size (:func:`skewload.share_sigma`, ~0.01 each), so
 that it would show without the shared seed too.
 
