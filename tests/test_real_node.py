@@ -14,7 +14,8 @@
   operator pod is deleted while cass-3 is leaving; the Deployment replaces it, the standby
   takes over, and the API server's audit log shows a single decommission.
 * ``elastore operator backtest`` replays the run from the node's Prometheus and wants the
-  fourth node no later than the operator started it; a second policy, with no capacity
+  fourth node, and would start it, within two minutes of the operator's start (how soon
+  is printed, beside the live plan's first showing); a second policy, with no capacity
   model, learns from the same pods (Recommend) and leaves its prior.
 * The user raises ``replicas.min`` to 4: the scale-out deletes the PVC cass-3's
   decommission left (Cassandra will not restart a decommissioned node on its data) and
