@@ -30,7 +30,10 @@ average 10-12), 135-142 s in all, the decision at 26-32 s; in CI (stop 42) the t
 period's forecast, the first with a trend, already wanted the step at once, and the check
 that it was first planned for later failed. With 70 MiB (54 %), measured on a quiet machine:
 140 s in all; the lab up 29 s, the initial data 7 s, the third period planned the step at
-+63 s, the decision at 61 s, the fill until the step is done 91 s, down ~7 s.
++63 s, the decision at 61 s, the fill until the step is done 91 s, down ~7 s. A fresh-clone
+run (stop 53, run-F) failed as stop 42's had: the third period's upper scenario, from a
+trend of three points growing 0.24 MiB/s a node, crossed the budget 33 s ahead, so the step
+was due at once. With 80 MiB (47 %) the budget is some 120 s of fill away.
 
 Runs in a network namespace and a state directory of this test run's own; connects only to
 127.0.0.x inside that namespace.
@@ -68,7 +71,7 @@ pytestmark = [pytest.mark.lab]
 NS = f"elastore-test-f-{os.getpid()}"
 KEYSPACE, RF, VALUE_BYTES, SEED = "fill", 2, 32 * 1024, 37
 INITIAL_ROWS = 1200  # 37.5 MiB of incompressible values: ~38 MiB of Load on each node
-VOLUME_BYTES = 70 * MIB  # each node's "volume": the initial data fills ~54 % of it
+VOLUME_BYTES = 80 * MIB  # each node's "volume": the initial data fills ~47 % of it
 FILL_BYTES_PER_S = 0.2 * MIB  # written; at RF 2 on 2 nodes, what each node grows by
 TARGET, SLACK = 0.8, 0.05  # the storage target; the real step may overrun it by 5 points
 PERIOD_S, PLAN_STEP_S, LOOKAHEAD_S = 5.0, 3.0, 180.0
@@ -76,7 +79,7 @@ LOAD_BROADCAST_MS = 2000  # each node gossips its Load every 2 s (Cassandra: 60 
 STREAM_MIBPS = 24.0  # Cassandra 5.0's stream_throughput_outbound: the lab leaves it so
 CLEANUP_MIBPS = 64.0  # and its compaction_throughput, which cleanup obeys
 WRITE_RPS, READ_RATIO = FILL_BYTES_PER_S / VALUE_BYTES, 0.5  # the load: tiny, never binding
-FILL_DEADLINE_S = 150.0  # no decision and no completion by then: a failure
+FILL_DEADLINE_S = 200.0  # no decision and no completion by then: a failure
 
 
 @dataclass

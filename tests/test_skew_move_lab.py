@@ -19,9 +19,10 @@ Why the margin on the hot node's fall is what it is: both replays issue the same
 in the same order, so what differs is only the ring that routes them; the counts' own
 noise is the reads a replica other than the first one served (the dynamic snitch; the
 table has no speculative retry, which also counted a slow read twice), which the test
-bounds against the ring's prediction (within 2 % of all work per node). The fall must still exceed 3 standard deviations of the key-draw noise of
-two *independent* replays of this size (:func:`skewload.share_sigma`, ~0.01 each), so
-that it would show without the shared seed too.
+bounds against the ring's prediction (within 2 % of all work per node). The fall must
+still exceed 3 standard deviations of the key-draw noise of two *independent* replays of
+this size (:func:`skewload.share_sigma`, ~0.01 each), so that it would show without the
+shared seed too.
 
 Time (2 cores, other work on the machine): 89-120 s in all, 120 s in the last run: the lab
 up 20-35 s (the seed, then both other nodes joining together without a bootstrap), the
