@@ -120,3 +120,34 @@ def test_lab_check_refuses_an_unknown_measurement(capsys: pytest.CaptureFixture[
     listed = capsys.readouterr().out
     for m in tiers.measurements():
         assert m.name in listed and m.results.endswith("/results.json")
+
+
+def test_a_run_is_recorded_with_its_provenance_and_printed_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`record` appends the last run's summary, label and note as one line; `history` prints
+    each run with its failures. A missing or foreign summary is refused and nothing is
+    written."""
+    history = tmp_path / "results" / "runs.jsonl"
+    summary = tmp_path / "summary.json"
+    assert tiers.record("CI", "", summary, history) == 2  # no run yet
+    assert "summary.json is missing" in capsys.readouterr().err and not history.exists()
+    summary.write_text('{"something": "else"}')
+    assert tiers.record("CI", "", summary, history) == 2
+    assert not history.exists()
+    run = {**tiers._provenance(), "phases": [{"name": "lab", "seconds": 1500.0, "exit": 1}],
+           "total_seconds": 1860.0, "tests": {"passed": 7, "failed": 1, "skipped": 0},
+           "failed": ["tests/test_x.py::test_y"], "exit": 1}
+    summary.write_text(json.dumps(run))
+    assert tiers.record(" ", "", summary, history) == 2  # a label says which run
+    assert tiers.record("fresh clone, quiet", "the lab phase failed once", summary,
+                        history) == 0
+    assert tiers.record("CI", "", summary, history) == 0
+    lines = history.read_text().splitlines()
+    assert [json.loads(x)["label"] for x in lines] == ["fresh clone, quiet", "CI"]
+    assert json.loads(lines[0])["commit"] == run["commit"]
+    capsys.readouterr()
+    assert tiers.show_history(history, 1) == 0
+    out = capsys.readouterr().out
+    assert "[CI] 31.0 min: 7 passed, 1 failed (lab 25.0 min FAILED)" in out, out
+    assert "tests/test_x.py::test_y" in out and "fresh clone" not in out
+    assert tiers.show_history(tmp_path / "none.jsonl", None) == 2

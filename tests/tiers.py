@@ -2,6 +2,8 @@
 
     python tests/tiers.py test [--since EPOCH] [-- PYTEST_ARGS...]
     python tests/tiers.py lab-check [--only NAME[,NAME...]] [--list]
+    python tests/tiers.py record --label LABEL [--note TEXT]
+    python tests/tiers.py history [--last N]
 
 ``test`` (what ``make test`` and CI run) is the mechanisms: lint, types, the MSTL baseline's
 tests in their own venv, then what times nothing and needs no control plane on 3
@@ -21,6 +23,10 @@ have ended.
 Every phase always runs; the exit code is the first failure's (pytest's 5, "nothing
 selected", is not one). At the end it prints each phase's time and the slowest test files,
 and writes them to ``.test-times/summary.json``.
+
+``record`` appends the last run's summary (its commit, date, phase times, counts and failed
+tests) to ``tests/results/test-runs.jsonl``, the project's history of whole runs, with a label
+and a note; ``history`` prints that file as a table. The history lives there, not in prose.
 
 ``lab-check`` (``make lab-check``) is the measurements: each one writes ``results.json`` beside
 its experiment (figures, targets, commit, date, cores) and fails when a target is missed.
@@ -44,6 +50,8 @@ VENV = REPO / ".venv" / "bin"
 FORECAST_VENV = REPO / ".venv-forecast" / "bin"
 MSTL_TESTS = "tests/test_predictor_mstl.py"
 OUT = REPO / ".test-times"
+#: the committed history of whole runs (``record`` appends, ``history`` prints)
+HISTORY = REPO / "tests" / "results" / "test-runs.jsonl"
 #: how many of the slowest files the summary lists
 SLOWEST = 25
 #: the niceness of a phase run beside another: the lab phase keeps the CPU when it wants it
@@ -234,6 +242,7 @@ def run_tests(since: float | None, extra: list[str]) -> int:
     rc_first = 0
     files: dict[str, tuple[str, float]] = {}
     counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failed: list[str] = []
     phases = test_phases(extra)
     k = 0
     while k < len(phases):
@@ -263,8 +272,10 @@ def run_tests(since: float | None, extra: list[str]) -> int:
             timings = OUT / f"{p.name}.jsonl"
             for f, s in _by_file(timings).items():
                 files[f] = (p.name, s)
-            for outcome in _outcomes(timings).values():
+            for node, outcome in _outcomes(timings).items():
                 counts[outcome] += 1
+                if outcome == "failed":
+                    failed.append(node)
     total = time.time() - (since if since is not None else began)
     print("\n=== make test: time per phase")
     for name, secs, rc in rows:
@@ -275,8 +286,10 @@ def run_tests(since: float | None, extra: list[str]) -> int:
     for f, (ph_name, s) in slow:
         print(f"  {_fmt(s)}  {ph_name:<13} {f}")
     (OUT / "summary.json").write_text(json.dumps({
+        **_provenance(),
         "phases": [{"name": n, "seconds": round(s, 1), "exit": rc} for n, s, rc in rows],
-        "total_seconds": round(total, 1), "cores": os.cpu_count(),
+        "total_seconds": round(total, 1), "cores": os.cpu_count(), "exit": rc_first,
+        "failed": sorted(failed),
         "slowest_files": [{"file": f, "phase": p, "seconds": round(s, 1)}
                           for f, (p, s) in slow], "tests": counts}, indent=1))
     # the plain closing line, over every phase's tests (a phase that failed without a test
@@ -284,6 +297,76 @@ def run_tests(since: float | None, extra: list[str]) -> int:
     print(f"total: {counts['passed']} passed, {counts['failed']} failed, "
           f"{counts['skipped']} skipped")
     return rc_first
+
+
+def _provenance() -> dict[str, object]:
+    """What a run ran on: the commit, whether tracked files differed from it, the UTC date,
+    and whether CI ran it (the CI variable)."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(("git", *args), cwd=REPO, capture_output=True, text=True,
+                                  check=False).stdout.strip()
+        except OSError:
+            return ""
+    return {"commit": git("rev-parse", "--short=7", "HEAD") or None,
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "ci": os.environ.get("CI", "") == "true"}
+
+
+def record(label: str, note: str, summary: Path, history: Path) -> int:
+    """Append the run in ``summary`` to the history, as one JSON line with a label (which
+    run: "CI", "fresh clone, quiet", "fresh clone, a CPU hog beside it" ...) and a note."""
+    if not label.strip():
+        print("record: --label must say which run this was", file=sys.stderr)
+        return 2
+    try:
+        run = json.loads(summary.read_text())
+    except FileNotFoundError:
+        print(f"record: no run to record: {summary} is missing (run `make test` first)",
+              file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"record: {summary} is not a run's summary: {exc}", file=sys.stderr)
+        return 2
+    if "phases" not in run or "tests" not in run:
+        print(f"record: {summary} has no phases or test counts: not a run's summary",
+              file=sys.stderr)
+        return 2
+    history.parent.mkdir(parents=True, exist_ok=True)
+    with history.open("a") as fh:
+        fh.write(json.dumps({"label": label.strip(), "note": note.strip(), **run},
+                            sort_keys=False) + "\n")
+    print(f"recorded in {history}: {_history_row(run | {'label': label})}")
+    return 0
+
+
+def _history_row(run: dict[str, object]) -> str:
+    tests = run.get("tests") or {}
+    assert isinstance(tests, dict)
+    total = run.get("total_seconds")
+    took = _fmt(float(total)).strip() if isinstance(total, (int, float)) else "?"
+    phases = run.get("phases") or []
+    assert isinstance(phases, list)
+    per = ", ".join(f"{p['name']} {_fmt(float(p['seconds'])).strip()}"
+                    + ("" if not p.get("exit") else " FAILED") for p in phases)
+    return (f"{run.get('date', '?')} {run.get('commit') or '?'} [{run.get('label', '')}] "
+            f"{took}: {tests.get('passed', '?')} passed, {tests.get('failed', '?')} failed"
+            + (f" ({per})" if per else ""))
+
+
+def show_history(history: Path, last: int | None) -> int:
+    if not history.exists():
+        print(f"history: {history} does not exist yet", file=sys.stderr)
+        return 2
+    runs = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+    for run in runs[-last:] if last else runs:
+        print(_history_row(run))
+        if run.get("failed"):
+            print("    failed: " + ", ".join(run["failed"]))
+        if run.get("note"):
+            print(f"    {run['note']}")
+    return 0
 
 
 def run_lab_check(only: list[str] | None) -> int:
@@ -325,9 +408,21 @@ def main(argv: list[str] | None = None) -> int:
     lc = sub.add_parser("lab-check", help="the measurements, each to its results.json")
     lc.add_argument("--only", default=None, help="comma-separated measurement names")
     lc.add_argument("--list", action="store_true", help="list the measurements and stop")
+    rec = sub.add_parser("record", help="append the last run's summary to the history")
+    rec.add_argument("--label", required=True,
+                     help='which run: "CI", "fresh clone, quiet", "fresh clone, CPU hog" ...')
+    rec.add_argument("--note", default="", help="what the run showed, in a sentence or two")
+    rec.add_argument("--summary", type=Path, default=OUT / "summary.json",
+                     help="the run's summary (default: the last run's)")
+    hist = sub.add_parser("history", help="print the recorded runs")
+    hist.add_argument("--last", type=int, default=None, help="only the last N runs")
     ns = ap.parse_args(args)
     if ns.tier == "test":
         return run_tests(ns.since, extra)
+    if ns.tier == "record":
+        return record(ns.label, ns.note, ns.summary, HISTORY)
+    if ns.tier == "history":
+        return show_history(HISTORY, ns.last)
     if ns.list:
         for m in measurements():
             print(f"{m.name:<14} ~{m.minutes:>3} min  {m.results:<42} {m.what}")
