@@ -350,7 +350,7 @@ def _history_row(run: dict[str, object]) -> str:
     assert isinstance(phases, list)
     per = ", ".join(f"{p['name']} {_fmt(float(p['seconds'])).strip()}"
                     + ("" if not p.get("exit") else " FAILED") for p in phases)
-    return (f"{run.get('date', '?')} {run.get('commit') or '?'} [{run.get('label', '')}] "
+    return (f"{run.get('date') or 'undated'} {run.get('commit') or '?'} [{run.get('label', '')}] "
             f"{took}: {tests.get('passed', '?')} passed, {tests.get('failed', '?')} failed"
             + (f" ({per})" if per else ""))
 
