@@ -7,8 +7,11 @@ under CI (``CI`` set) it is a failure.
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import figures
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,3 +72,35 @@ def pytest_configure(config: pytest.Config) -> None:
     global _TIMINGS
     if hasattr(config, "workerinput"):
         _TIMINGS = None  # a pytest-xdist worker: the controller records its reports
+
+
+# -- quantities: recorded in make test, judged in make lab-check (tests/figures.py) -------
+_BOOKS: list[figures.FigureBook] = []
+
+
+@pytest.fixture
+def figure(request: pytest.FixtureRequest) -> Iterator[figures.FigureBook]:
+    """Record a quantity with its target: ``figure(name, value, op, bound, meaning)``.
+    It never fails ``make test``; under ``make lab-check`` a miss fails the test once
+    its mechanism checks have run."""
+    book = figures.FigureBook(request.node.nodeid, figures.judge_folder() is not None,
+                              figures.sink_path())
+    _BOOKS.append(book)
+    yield book
+    missed = book.misses()
+    if book.judging and missed:
+        pytest.fail("figures off target: " + "; ".join(
+            f"{r.key} = {r.value} (target {r.target.op} {r.target.bound:g}): {r.reason}"
+            for r in missed), pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    folder = figures.judge_folder()
+    if folder is None or hasattr(session.config, "workerinput"):
+        return
+    if not any(b.seen for b in _BOOKS):
+        return  # nothing measured: a results.json of no figure would read as all met
+    met = figures.write_results(folder, _BOOKS, [sys.executable, "-m", "pytest",
+                                                 *session.config.invocation_params.args])
+    print(f"\nlab figures: {folder / 'results.json'}: "
+          + ("every target met" if met else "TARGET MISSED"))
