@@ -13,18 +13,20 @@
   trace's daily rise takes the StatefulSet 3 -> 4 and its fall 4 -> 3. The leading
   operator pod is deleted while cass-3 is leaving; the Deployment replaces it, the standby
   takes over, and the API server's audit log shows a single decommission.
-* ``elastore operator backtest`` replays the run from the node's Prometheus and wants the
-  fourth node, and would start it, within two minutes of the operator's start (how soon
-  is printed, beside the live plan's first showing); a second policy, with no capacity
-  model, learns from the same pods (Recommend) and leaves its prior.
+* ``elastore operator backtest`` replays the run from the node's Prometheus: every period
+  with clean scrapes is decided, and on the replayed rise it wants the fourth node and
+  would start it. How soon after the operator's start is a figure (``figure``), judged in
+  ``make lab-check``; a second policy, with no capacity model, learns from the same pods
+  (Recommend) and leaves its prior (how far is a figure).
 * The user raises ``replicas.min`` to 4: the scale-out deletes the PVC cass-3's
   decommission left (Cassandra will not restart a decommissioned node on its data) and
   cass-3 bootstraps on a new volume.
 * ``helm uninstall`` then leaves no tc state on the node, no finalizer, no release object.
 * Both policies are interference-blind (see ``_policy``).
 
-The tests are the stages of one run and share it (module scope), in order. ``-k real_node``
-selects them.
+The tests are the stages of one run and share it (module scope), in order: a module that
+declares itself staged. A stage that needs an earlier one that did not pass fails at once
+and names it (``Run.needs``). ``-k real_node`` selects them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from figures import FigureBook
 from k8s_support import (
     CRDS,
     events,
@@ -537,6 +540,7 @@ def test_real_node_recommend_publishes_and_touches_nothing(run: Run) -> None:
     st = run.status()
     assert run.replicas() == 3 and not st.get("operation"), run.diagnostics()
     assert not run.decommissions()
+    run.done.add("recommend")
     print(f"Recommend: desired {st.get('desiredReplicas')}, forecast "
           f"{(st.get('forecast') or {}).get('requestsPerSecond')} req/s, observed "
           f"{(st.get('observed') or {}).get('requestsPerSecond')} req/s")
@@ -562,11 +566,12 @@ def _read_ratio(run: Run) -> float | None:
     return got["readRps"] / total if total > 0 else None
 
 
-def test_real_node_enforce_scales_out_at_the_planned_time(run: Run) -> None:
+def test_real_node_enforce_scales_out_at_the_planned_time(run: Run, figure: FigureBook) -> None:
     # the load generator writes every key before its replay: inside the queries' 1-minute
     # window that reads as a write-heavy load, on which the lab model rightly scales out
     # at once. This test is about the trace's daily rise: Enforce once the burst has left
     # the window (as the kwok-backed e2e did)
+    run.needs("recommend")
     seen: list[float | None] = []
 
     def settled() -> bool:
@@ -594,6 +599,7 @@ def test_real_node_enforce_scales_out_at_the_planned_time(run: Run) -> None:
         prediction={"horizon": "60s", "step": STEP, "headroom": HEADROOM},
         planner={"mode": "Window"}, interference={"enabled": False},
         metrics={"prometheus": {"url": PROM_URL}}))
+    run.done.add("learner")
     # finished: no operation, or (the tick that completes a step also decides) another kind
     _waited(run, "the scale-out to 4 replicas to finish", lambda: run.replicas() == 4 and
             (run.status().get("operation") or {}).get("kind") != "ScaleOut" and
@@ -610,7 +616,12 @@ def test_real_node_enforce_scales_out_at_the_planned_time(run: Run) -> None:
     first_seen = min(t for t, s in run.samples
                      if any(a.get("replicas") == 4 and abs(float(a["atEpoch"]) - due) < 1
                             for a in ((s.get("memory") or {}).get("actions") or [])))
-    assert due - 1.0 <= started <= max(due, first_seen) + 15.0, (due, first_seen, started)
+    # never before its due time (an order); how far after it is a figure: a wake-up on
+    # a busy machine comes late, and "how soon" is a measurement
+    assert due - 1.0 <= started, (due, first_seen, started)
+    figure("scale_out_started_after_due_s", started - max(due, first_seen), "<=", 15.0,
+           "s from the planned time (or the first plan that showed it) to the step's start",
+           source="was asserted <= 15 s (one wake-up)")
     # where on the rise the step began is printed, not asserted. This used to ask for the
     # rise to have begun at the start (1.1 x the trough): runs started at 1.19 and 1.31 x,
     # then fresh-clone runs at 1.04 and 1.08 x (the second on a forecast of 53 req/s with 72
@@ -770,11 +781,13 @@ def _scrape_failed(run: Run, at_s: float) -> bool:
     return float(result[0]["value"][1]) == 0
 
 
-def test_real_node_the_backtest_replays_the_run_from_prometheus(run: Run) -> None:
+def test_real_node_the_backtest_replays_the_run_from_prometheus(
+        run: Run, figure: FigureBook) -> None:
     """``elastore operator backtest`` with this run's policy over the node's Prometheus,
-    from when the policy was applied: every period decided on the real load, and the
-    backtest wants the fourth node and would start it within two minutes of when the
-    operator started it (how soon is printed)."""
+    from when the policy was applied to two minutes past the live scale-out's start: every
+    period with clean scrapes decided on the real load, and on the replayed rise the
+    backtest wants the fourth node and would start it. How soon after the live start, and
+    how many periods were clean, are figures."""
     from datetime import UTC, datetime
 
     run.needs("scale-out")
@@ -808,13 +821,16 @@ def test_real_node_the_backtest_replays_the_run_from_prometheus(run: Run) -> Non
     print(f"{len(rows) - len(clean)} of {len(rows)} periods had a failed last scrape of a "
           f"store pod at the period or {WARMUP_S:.0f} s before it")
     assert all(r["ok"] for r in clean), [r for r in clean if not r["ok"]]
-    assert len(clean) >= MIN_CLEAN, (len(clean), len(rows))
+    assert clean, f"no period of {len(rows)} had clean scrapes of every store pod"
+    figure("backtest_clean_periods", len(clean), ">=", MIN_CLEAN,
+           "backtest periods with no failed scrape of a store pod",
+           source=f"was asserted >= {MIN_CLEAN}")
     assert all(r["reason"].startswith(("MetricsMissing", "MetricsWarmingUp", "MetricsStale"))
                for r in rows if not r["ok"]), [r["reason"] for r in rows if not r["ok"]]
     assert all(r["load_rps"] > 0 for r in decided)
     assert all(r["replicas"] >= 3 for r in clean)  # a failed scrape may hide a pod
     # the backtest sees the need for the fourth node, and would start it, within the range.
-    # How soon after the live start is printed, not bounded. Both decide on the same data,
+    # How soon after the live start is a figure, not an assertion. Both decide on the same data,
     # model and code, but not at the same instants nor with the same memory (a period the
     # backtest cannot decide forgets the forecast kept between periods; the live loop's
     # failed periods are others), and the need is a threshold crossing on a noisy rise: 3
@@ -835,12 +851,15 @@ def test_real_node_the_backtest_replays_the_run_from_prometheus(run: Run) -> Non
           f"{f'{first_plan - started:+.0f} s' if first_plan is not None else 'never'}: "
           f"{str((live.get('lastDecision') or {}).get('reason') or '')[:400]}")
     assert wants, (started, shown)
+    figure("backtest_wants_4_after_live_start_s", min(wants) - started, "<=", 60.0,
+           "s from the live scale-out's start to the backtest's first period wanting 4",
+           source="a run's threshold crossing on a noisy rise: runs measured -17..+57 s")
     outs = [r["at_s"] for r in decided if r["would_scale"] > 0]
     assert outs, (started, shown)  # and it would scale out within the range (to +120 s)
 
 
 def test_real_node_a_learning_policy_leaves_its_prior_for_the_stores_latencies(
-        run: Run) -> None:
+        run: Run, figure: FigureBook) -> None:
     """Issue 18's mechanism on real Cassandra pods: a policy with no capacity model learns
     from the store's windows (the per-node queries of the real pods) and keeps the model
     in its ConfigMap, moved from its prior by what it observed; scale-in is allowed only
@@ -852,11 +871,18 @@ def test_real_node_a_learning_policy_leaves_its_prior_for_the_stores_latencies(
     from elastore.models.capacity import CLIP_X_SLO
     from elastore.models.online import scaled
 
+    run.needs("learner")
     doc = run.cp.get_json(f"/api/v1/namespaces/{NS}/configmaps/{LEARN}-capacity-model")
     learned = ModelSet.loads(doc["data"]["model.json"], "the learned model").capacity
     online = learned.training["online"]
     summary, bins = online["summary"], online["learner"]["bins"]
-    assert int(summary["samples"]) >= 10 and len(bins) >= 5, summary
+    # it learned from the store's windows; how many it got depends on clean scrapes (a
+    # figure): the mechanism is that it has some and has moved from its prior
+    assert int(summary["samples"]) >= 1 and bins, summary
+    figure("learner_samples", int(summary["samples"]), ">=", 10, "observations learned",
+           source="was asserted >= 10")
+    figure("learner_bins", len(bins), ">=", 5, "bins of the learner",
+           source="was asserted >= 5")
     prior = scaled(ModelSet.load(MODEL).for_slo(run.slo_ms, 95).capacity, 0.5)
     clip = math.log(CLIP_X_SLO * run.slo_ms)  # the learner's own clip
 
@@ -881,7 +907,10 @@ def test_real_node_a_learning_policy_leaves_its_prior_for_the_stores_latencies(
           f"{[g.get('scaleInAllowed') for g in gates][:3]}...{summary['scaleInAllowed']}")
     moved = max(abs(math.log(float(summary["loadScale"]))),
                 abs(math.log(float(summary["latencyScale"]))))
-    assert moved >= math.log(MOVED), summary
+    assert moved > 0.0, summary  # it left its prior
+    figure("learner_moved_log", moved, ">=", math.log(MOVED),
+           "largest |ln scale| of the learned model against its prior",
+           source=f"was asserted >= ln {MOVED} (issue 18: leaves its prior)")
     if len(gates) > 1:  # it started unconfident
         assert gates[0].get("scaleInAllowed") is False, gates[0]
     for g in gates:
