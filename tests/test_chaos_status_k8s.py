@@ -24,13 +24,15 @@ released, which a real Cassandra node never does (it stays DECOMMISSIONED until 
 ends). :class:`KeptDecommissioned` keeps it DECOMMISSIONED from its release until the test
 ends, as the real node would be.
 
-Each policy has ``replicas.max`` 5 from its first apply: the planner treats max as a
-ceiling and removes the nodes above it one after the other, so the ScaleIn 6 -> 5 begins,
-and nothing follows it, at any machine speed. Under max 8 the 6 -> 5 waited for a young
-forecast's quantiles to narrow, which the stand-in exporters' jittered 10-s rates on a busy
-machine delay, and its upper scenarios could want 6 again once 5 was reached. How soon a
-step completes once the fault is over is a measurement: the generous deadline of a wait,
-and a figure (tests/figures.py: printed in ``make test``, judged in ``make lab-check``).
+Each policy has ``replicas`` 5..5 from its first apply: the planner treats max as a
+ceiling (it removes the nodes above it one after the other) and min as a floor, so the
+ScaleIn 6 -> 5 begins, and nothing follows it, at any machine speed. Under 3..8 the 6 -> 5
+waited for a young forecast's quantiles to narrow, which the stand-in exporters' jittered
+10-s rates on a busy machine delay; its upper scenarios could want 6 again once 5 was
+reached, and a rate jittered below the 5th server's threshold (760 of the 800 req/s) 4.
+How soon a step completes once the fault is over is a measurement: the generous deadline of
+a wait, and a figure (tests/figures.py: printed in ``make test``, judged in ``make
+lab-check``).
 """
 
 from __future__ import annotations
@@ -84,9 +86,9 @@ RETRY_S, POLL_S = 30.0, 5.0
 #: pod go and end the step (3 polls), and as much again for a busy 2-core machine (a figure's
 #: target: how soon is a measurement)
 RECOVERY_BOUND_S = 2 * (RETRY_S + 3 * POLL_S)
-#: the size every policy here ends at (replicas.max from the first apply: the ceiling, not
-#: the forecast, makes the 6 -> 5)
-CAP = {"min": 3, "max": 5}
+#: the size every policy here ends at (replicas.min and .max from the first apply: the
+#: ceiling, not the forecast, makes the 6 -> 5, and the floor ends it there)
+CAP = {"min": 5, "max": 5}
 #: a failed tick the API server's own timeout or overload explains (a busy 2-core machine:
 #: a 504 "Timeout: request did not complete within requested timeout", a 429, etcd's
 #: "request timed out"), as the ports word it in the ElastoreError that kopf logs as "tick
@@ -344,7 +346,7 @@ def test_chaos_decommission_done_but_the_status_write_fails(
     kept: KeptDecommissioned | None = None
     rules: list[dict[str, Any]] | None = None
     try:
-        # max 5: the ceiling begins the 6 -> 5 and nothing follows it (the module's doc)
+        # 5..5: the ceiling begins the 6 -> 5 and nothing follows it (the module's doc)
         cp.kubectl("apply", "-f", "-", stdin=enforce_policy(ns, prom.url, replicas=CAP))
         st = wait_until("the decommission of cass-5", lambda: decommissioning(cp, ns, calls),
                         150)
@@ -529,8 +531,8 @@ def test_chaos_a_status_in_the_previous_releases_format(
     first = operator(chart_account, tmp_path / "first.log", nss)
     try:
         for ns in nss:
-            # max 5 from the first apply: the ceiling begins the 6 -> 5, and no scale-out
-            # follows it. A young history's upper scenarios could want 6 the moment 5 is
+            # 5..5 from the first apply: the ceiling begins the 6 -> 5, and no step follows
+            # it. A young history's upper scenarios could want 6 the moment 5 is
             # reached, and that step deletes the PVC whose left-ring mark is checked below
             # (RetainedVolumeDeleted; CI, and a fresh-clone run, 2026-12-03); and the
             # remembered 7 (raw, not clamped: the memory keeps it above max) must not
