@@ -2,7 +2,15 @@
 namespace of the test's own, the load generator through the proxy, the StatsD metrics in
 Prometheus, and the ring actuator (add a node, drain one, remove it) with nothing lost:
 every object's bytes are checked (MD5) and the container's listing counted after each
-change."""
+change.
+
+The tests are the stages of one run, in order, on the module's one lab: ``load`` replays the
+workload (its objects are the data every later check reads back); ``add-node`` writes the
+bulk objects and adds node 4 (needs ``load``); an undrained node is refused (stands alone:
+node 2 is there from the start); ``drain`` drains node 1 and removes it, leaving nodes 2-4
+(needs ``load`` and ``add-node``); ``load run --swift-url`` on a container of its own
+(stands alone; last, so that its objects count in no one else's replicas). Selected alone,
+a stage that needs another fails at once and names it (tests/stages.py)."""
 
 from __future__ import annotations
 
@@ -17,12 +25,14 @@ from pathlib import Path
 
 import pytest
 from k8s_support import trace_workload
+from stages import Stages
 
 from elastore.lab import netns
 from elastore.lab.swift import lab as swift
 
 pytestmark = [pytest.mark.lab]
 NS = f"elastore-test-swift-{os.getpid()}"
+STAGES = Stages()
 
 
 @dataclass
@@ -113,6 +123,7 @@ def test_the_load_replays_through_the_proxy_with_metrics_per_node(lab_: Lab) -> 
         "no load generator series"
     v = lab_.verify()
     assert v["ok"] == v["keys"] == v["listed"], v
+    STAGES.done("load")
 
 
 BULK, BULK_KIB = 40, 1024  # 40 MiB, twice stored: data for the replicators to move
@@ -120,6 +131,7 @@ STORAGE_MBIT = 8.0  # each node's replication class, capped
 
 
 def test_a_node_added_to_the_rings_receives_its_share_and_nothing_is_lost(lab_: Lab) -> None:
+    STAGES.needs("load")  # the workload's objects, read back at the end
     res = lab_.cli("load", "bulk", "--objects", str(BULK), "--kib", str(BULK_KIB))
     assert res.returncode == 0, res.stderr[-1500:]
     print(res.stdout.strip())
@@ -167,6 +179,7 @@ def test_a_node_added_to_the_rings_receives_its_share_and_nothing_is_lost(lab_: 
     v = lab_.verify(bulk=BULK)
     assert v["ok"] == v["keys"] == v["listed"], v
     assert v["bulk"] == {"objects": BULK, "ok": BULK, "listed": BULK, "bad": []}, v
+    STAGES.done("add-node")
 
 
 def test_an_undrained_node_is_not_removed(lab_: Lab) -> None:
@@ -177,6 +190,7 @@ def test_an_undrained_node_is_not_removed(lab_: Lab) -> None:
 
 
 def test_a_drained_node_hands_everything_over_then_leaves(lab_: Lab) -> None:
+    STAGES.needs("load", "add-node")  # their objects and node 4
     res = lab_.cli("lab", "drain", "1", "--timeout", "600")
     assert res.returncode == 0, res.stdout[-1500:] + res.stderr[-2000:]
     assert lab_.object_bytes()[1] == 0, lab_.object_bytes()
