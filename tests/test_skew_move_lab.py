@@ -19,10 +19,20 @@ Why the margin on the hot node's fall is what it is: both replays issue the same
 in the same order, so what differs is only the ring that routes them; the counts' own
 noise is the reads a replica other than the first one served (the dynamic snitch; the
 table has no speculative retry, which also counted a slow read twice), which the test
-bounds against the ring's prediction (within 2 % of all work per node). The fall must
-still exceed 3 standard deviations of the key-draw noise of two *independent* replays of
-this size (:func:`skewload.share_sigma`, ~0.01 each), so that it would show without the
+measures against the ring's prediction (target: within 2 % of all work per node). The fall
+must still exceed 3 standard deviations of the key-draw noise of two *independent* replays
+of this size (:func:`skewload.share_sigma`, ~0.01 each), so that it would show without the
 shared seed too.
+
+What ``make test`` asserts holds at any machine speed: the plan's own numbers (the skew
+model on the popularity table and the keys' real tokens: which node is hot, by how much,
+how far its share falls, the data the move plans to stream), the tokens, every write on
+both replicas, at least one local read for every read that succeeded, the directions the
+measurements take (the replay's busiest node is the plan's hot node, its share falls, the
+receivers grow and the givers shrink), and every row read back. The measured quantities
+(failed requests, reads off the first replica, the counts against the ring's routing, the
+shares and their fall, the bytes streamed against the Loads) are figures with their targets
+(tests/figures.py): judged in ``make lab-check``.
 
 Time (2 cores, other work on the machine): 89-120 s in all, 120 s in the last run: the lab
 up 20-35 s (the seed, then both other nodes joining together without a bootstrap), the
@@ -47,6 +57,7 @@ from typing import TypeVar
 
 import numpy as np
 import pytest
+from figures import FigureBook
 
 from elastore.actuators import nodetool as nt
 from elastore.errors import ElastoreError
@@ -131,29 +142,63 @@ def test_skew_ring_tokens_read_back_as_set(moved: Run) -> None:
 
 
 @lab_test
-def test_skew_each_node_does_what_its_ranges_say(moved: Run) -> None:
+def test_skew_each_node_does_what_its_ranges_say(moved: Run, figure: FigureBook) -> None:
     """The measured per-node work is the ring's routing of the replayed requests (the keys'
     real tokens), and one node carries much more than its third."""
     r = moved.run
-    for work, expected, rep in ((r.work_before, r.expected_before, r.replay_before),
-                                (r.work_after, r.expected_after, r.replay_after)):
-        assert rep.errors <= 0.01 * rep.issued  # a busy machine may time a few out
+    for when, work, expected, rep in (
+            ("before", r.work_before, r.expected_before, r.replay_before),
+            ("after", r.work_after, r.expected_after, r.replay_after)):
+        # a busy machine may time a few out
+        figure(f"errors_{when}", rep.errors / rep.issued, "<=", 0.01,
+               f"requests of the replay {when} the move that failed, fraction of those issued",
+               source="was assert rep.errors <= 0.01 * rep.issued")
         # the client routed as it means to: every request to its key's first replica
-        assert rep.off_first_replica <= 0.01 * rep.requests, rep.coordinators
+        figure(f"off_first_replica_{when}", rep.off_first_replica / rep.requests, "<=", 0.01,
+               f"requests of the replay {when} the move answered by a coordinator other than "
+               "the key's first replica, fraction of those that succeeded",
+               source="was assert rep.off_first_replica <= 0.01 * rep.requests")
         total = sum(a + b for a, b in expected.values())
-        assert total == pytest.approx(sum(a + b for a, b in work.values()), rel=0.02), \
-            (work, expected, rep.errors, r.seconds)
+        done = sum(a + b for a, b in work.values())
+        print(f"\nreplay {when}: {rep.issued} issued, {rep.errors} failed; work {work}; "
+              f"the ring's routing {expected}; coordinators {rep.coordinators}")
+        for name, op, bound in ((f"work_total_{when}_low", ">=", 0.98),
+                                (f"work_total_{when}_high", "<=", 1.02)):
+            figure(name, done / total, op, bound, f"the nodes' local reads and writes of the "
+                   f"replay {when} the move over the ring's routing of its successful "
+                   "requests, ratio", source="was assert total == approx(measured, rel=0.02)")
+        # every read that succeeded was done by a node (more: a failed read may have been)
+        assert sum(w[0] for w in work.values()) >= sum(e[0] for e in expected.values()), \
+            (work, expected, rep.errors)
         for ip in expected:
-            assert work[ip][1] == expected[ip][1]  # every write on both replicas, exactly
-            assert abs(work[ip][0] - expected[ip][0]) <= 0.02 * total, \
-                (ip, work, expected, rep.coordinators)
-    hot = r.hot_node
+            # every write on both replicas, exactly (a write that timed out at the client
+            # may still have landed: then at least)
+            if rep.errors == 0:
+                assert work[ip][1] == expected[ip][1], (ip, work, expected)
+            else:
+                assert work[ip][1] >= expected[ip][1], (ip, work, expected, rep.errors)
+        figure(f"read_deviation_{when}",
+               max(abs(work[ip][0] - expected[ip][0]) for ip in expected) / total, "<=", 0.02,
+               f"the largest difference between a node's local reads of the replay {when} the "
+               "move and the ring's routing of them, fraction of all work",
+               source="was assert abs(work - expected) <= 0.02 * total, per node")
+    # the plan: the popularity table on the ring (pure, the keys' real tokens) makes one node
+    # carry much more than its third
+    pred = r.predicted_before
+    hot = max(pred, key=lambda ip: pred[ip])
     sigma = skewload.share_sigma(_ring(r.ring_before).replicas(moved.key_tokens, RF),
                                  list(r.ring_before).index(hot), r.replay_before.reads,
                                  r.replay_before.writes)
-    print(f"\nhot node {hot}: share {r.shares_before[hot]:.3f} (sd of a replay's share "
-          f"{sigma:.4f}); predicted from the popularity table {r.predicted_before[hot]:.3f}")
-    assert r.shares_before[hot] > 1 / NODES + 5 * sigma
+    print(f"\nhot node {hot}: predicted from the popularity table {pred[hot]:.3f}, measured "
+          f"share {r.shares_before[hot]:.3f} (sd of a replay's share {sigma:.4f}); the "
+          f"replay's busiest node {r.hot_node}")
+    assert pred[hot] > 1 / NODES + 5 * sigma, (pred, sigma)
+    # and the replay made that node the busiest
+    assert r.hot_node == hot, (r.shares_before, pred)
+    figure("hot_node_share", r.shares_before[hot], ">=", 1 / NODES + 5 * sigma,
+           "the hot node's measured share of the replay's local reads and writes (a third "
+           "plus 5 sd of a replay's key-draw noise), fraction",
+           source="was assert shares_before[hot] > 1/3 + 5 sigma")
 
 
 @lab_test
@@ -167,9 +212,10 @@ def test_skew_move_lands_at_the_planned_token(moved: Run) -> None:
 
 
 @lab_test
-def test_skew_hot_node_share_falls(moved: Run) -> None:
+def test_skew_hot_node_share_falls(moved: Run, figure: FigureBook) -> None:
     r = moved.run
-    hot = r.hot_node
+    pred_b, pred_a = r.predicted_before, r.predicted_after
+    hot = max(pred_b, key=lambda ip: pred_b[ip])  # the plan's hot node
     names_b, names_a = list(r.ring_before), list(r.ring_after)
     sd_b = skewload.share_sigma(_ring(r.ring_before).replicas(moved.key_tokens, RF),
                                 names_b.index(hot), r.replay_before.reads,
@@ -179,21 +225,38 @@ def test_skew_hot_node_share_falls(moved: Run) -> None:
                                 r.replay_after.writes)
     margin = 3 * math.hypot(sd_b, sd_a)
     print(f"\nhot node {hot}: {r.shares_before[hot]:.3f} -> {r.shares_after[hot]:.3f} "
-          f"(model on the popularity table: {r.predicted_before[hot]:.3f} -> "
-          f"{r.predicted_after[hot]:.3f}); margin {margin:.3f}")
+          f"(model on the popularity table: {pred_b[hot]:.3f} -> {pred_a[hot]:.3f}); "
+          f"margin {margin:.3f}")
     assert r.replay_after.issued == r.replay_before.issued  # the same requests
-    assert r.shares_after[hot] <= r.shares_before[hot] - margin
-    # and no node became busier than the hot node was
-    assert max(r.shares_after.values()) < r.shares_before[hot]
+    # the plan (the skew model on the keys' real tokens): the move takes the hot node's share
+    # down by more than the noise of two replays, and no node becomes busier than it was
+    assert pred_a[hot] <= pred_b[hot] - margin, (pred_b, pred_a, margin)
+    assert max(pred_a.values()) < pred_b[hot], (pred_b, pred_a)
+    # the same requests on the moved ring: the hot node's measured share falls
+    assert r.shares_after[hot] < r.shares_before[hot], (r.shares_before, r.shares_after)
+    figure("hot_share_fall", r.shares_before[hot] - r.shares_after[hot], ">=", margin,
+           "the fall of the hot node's measured share of the same replay, the move between "
+           "(3 sd of two independent replays' key-draw noise), fraction",
+           source="was assert shares_after[hot] <= shares_before[hot] - margin")
+    figure("busiest_share_after", max(r.shares_after.values()), "<=", r.shares_before[hot],
+           "the busiest node's measured share after the move (at most the hot node's "
+           "before it), fraction",
+           source="was assert max(shares_after) < shares_before[hot]")
 
 
 @lab_test
-def test_skew_move_streams_within_the_bound(moved: Run) -> None:
+def test_skew_move_streams_within_the_bound(moved: Run, figure: FigureBook) -> None:
     r = moved.run
     print(f"\nstreamed {r.streamed_bytes / 2**20:.2f} MiB of {r.stored_total / 2**20:.2f} MiB "
           f"stored ({r.moved_fraction:.2%}; planned {r.move.moved_fraction:.2%} by token "
           f"span, {r.key_moved_fraction:.2%} by the keys) in {r.move_seconds:.1f} s")
-    assert 0 < r.moved_fraction <= MAX_MOVE
+    # the plan streams some data, within the bound (pure: the token span)
+    assert 0 < r.move.moved_fraction <= MAX_MOVE
+    assert r.key_moved_fraction > 0  # the keys' own replicas moved
+    assert r.streamed_bytes > 0  # and the nodes did stream
+    figure("moved_fraction", r.moved_fraction, "<=", MAX_MOVE,
+           "the bytes the nodes streamed in over all bytes stored (all replicas), fraction",
+           source="was assert 0 < moved_fraction <= MAX_MOVE")
     assert r.streamed_bytes == pytest.approx(sum(r.streamed_out.values()), rel=1e-9)
     # the bytes landed where the Load says: the receivers grew by about the bytes streamed
     # and, once cleaned up, the nodes that gave the range up shrank by about as much.
@@ -204,8 +267,14 @@ def test_skew_move_streams_within_the_bound(moved: Run) -> None:
     shrank = sum(max(0.0, r.stored_bytes[ip] - r.load_after_cleanup[ip])
                  for ip in r.stored_bytes if r.streamed_in[ip] == 0)
     print(f"receivers grew {grew / 2**20:.2f} MiB, givers shrank {shrank / 2**20:.2f} MiB")
-    assert grew == pytest.approx(r.streamed_bytes, rel=0.1)
-    assert shrank == pytest.approx(r.streamed_bytes, rel=0.1)
+    assert grew > 0 and shrank > 0, (r.stored_bytes, r.load_after_cleanup, r.streamed_in)
+    for what, v in (("grew", grew), ("shrank", shrank)):
+        who = "the receivers' Load growth" if what == "grew" else \
+            "the givers' Load fall after cleanup"
+        for name, op, bound in ((f"{what}_over_streamed_low", ">=", 0.9),
+                                (f"{what}_over_streamed_high", "<=", 1.1)):
+            figure(name, v / r.streamed_bytes, op, bound, f"{who} over the bytes streamed, "
+                   "ratio", source=f"was assert {what} == approx(streamed_bytes, rel=0.1)")
 
 
 @lab_test
