@@ -2,6 +2,25 @@
 
 Runs in a network namespace and a state directory of this test run's own; connects only
 to 127.0.0.x inside that namespace.
+
+The module's lab is one (three nodes at the start); its tests up to the throttled
+decommission each stand alone on it. The tests are the stages of one run, in order, from
+there on (``STAGES``, tests/stages.py):
+
+* ``profile`` (test_profile_sweeps_and_measures_migration) leaves the keyspace ``bulk``
+  at RF 2;
+* ``decommission`` (test_throttled_decommission_loses_nothing) leaves two nodes and the
+  keyspace ``ks`` at RF 2;
+* test_decommission_refuses_below_rf needs ``profile`` and ``decommission`` (both
+  keyspaces named in the refusal, two nodes);
+* ``scale-out`` (test_a_scale_out_is_followed_by_cleanup_and_a_scale_in_waits_for_it)
+  needs ``decommission`` (two nodes) and ends with two again;
+* test_ring_refuses_while_a_node_is_down_on_real_cassandra needs ``decommission`` and
+  ``scale-out`` (two nodes, both up) and stops node 1: the last use of the lab.
+
+A rate, a throttle's accuracy or a served load within a percent is a measurement two busy
+cores move: each goes to the ``figure`` fixture with its target (judged in ``make
+lab-check``); the tests assert what holds at any speed beside it.
 """
 
 from __future__ import annotations
@@ -9,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import threading
 import time
@@ -18,6 +38,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from figures import FigureBook
+from stages import Stages
 
 from elastore.actuators.nodetool import (
     Ring,
@@ -47,6 +69,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 NS = f"elastore-test-c-{os.getpid()}"
 THROTTLE_MIBPS = 2.0
 ROWS, VALUE_BYTES = 6000, 10 * 1024  # ~60 MiB of incompressible values, RF 2
+STAGES = Stages()
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +83,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         lab.down(d)
         pytest.fail(f"the Cassandra lab did not come up: {exc}")
     yield d
+    _stop_jvms(d)
     lab.down(d)
     assert not netns.exists(NS)
+
+
+def _stop_jvms(d: Path) -> None:
+    """Stop the lab's JVMs (nodes and example exporters) at once, each by its PID: SIGTERM,
+    and SIGKILL after 5 s (their data is thrown away; ``lab down`` stops them one after
+    another, up to 30 s each): ``down`` then finds them gone and removes the rest."""
+    state = lab.LabState.load(d)
+    threads = []
+    for n in state.nodes if state is not None else []:
+        threads.append(threading.Thread(target=lab._stop, args=(n.pid, n.root, 5.0)))
+        threads.append(threading.Thread(target=lab._stop, args=(
+            n.exporter_pid, n.root, 5.0, lab.EXAMPLE_PROGRAM)))
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
 
 
 def test_prometheus_scrapes_every_node(cluster: Path) -> None:
@@ -123,14 +163,15 @@ def test_load_generator_replays_a_workload(cluster: Path, tmp_path: Path) -> Non
     assert result and max(float(r["value"][1]) for r in result) > 0, raw
 
 
-def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
-                                                             tmp_path: Path) -> None:
+def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path, tmp_path: Path,
+                                                             figure: FigureBook) -> None:
     """The jmx-exporter preset (the lab's naming: coordinator ClientRequest metrics) and
     the jmx-exporter-example preset (the example's naming: replica-local keyspace
     metrics) evaluated by the lab's Prometheus on the real exporters of three real nodes
-    under load (consistency ONE, RF 2): the same client load per node from both, each
-    node's latency, the same data; the example has no streaming metric (an error, not 0)."""
-    import subprocess
+    under load (consistency ONE, RF 2), both at one instant over one window inside the
+    load: each has the load's rates and the data, every node's own series, each node's
+    latency (NaN where a node served nothing, never 0); the example has no streaming
+    metric (an error, not 0). How closely the two namings agree is a figure."""
     import sys
     import urllib.parse
 
@@ -145,14 +186,25 @@ def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
             rows.append(f"2016-01-01 {h:02d}:00:00,P{i},{int(5000 * (i + 1) ** -1.1) + 100}")
     (tmp_path / "p.csv").write_text("\n".join(rows) + "\n")
     wl = build_workload(read_pages_csv(tmp_path / "p.csv"),
-                        # 3 x 22 s: the load outlasts the 55-s wait below by a few seconds
-                        BuildParams(hour_seconds=22.0, windows_per_hour=2, peak_rps=150.0,
+                        # 3 x 12 s: the 30-s rate window below ends with the schedule and
+                        # lies within it
+                        BuildParams(hour_seconds=12.0, windows_per_hour=2, peak_rps=150.0,
                                     write_fraction=0.2))
     wl.save(tmp_path / "wl.json")
+    window_s = 30  # at least four of the example job's 5-s scrapes (the spec's rule)
+    assert wl.duration_s > window_s
     env = dict(os.environ, ELASTORE_LAB_DIR=str(cluster))
-    load = subprocess.Popen([sys.executable, "-m", "elastore", "load", "run",
-                             str(tmp_path / "wl.json"), "--out", str(tmp_path / "load.csv")],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    load = subprocess.run([sys.executable, "-m", "elastore", "load", "run",
+                           str(tmp_path / "wl.json"), "--out", str(tmp_path / "load.csv")],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert load.returncode == 0, load.stderr[-2000:]
+    started = re.search(r"replay starts at epoch ([0-9.]+)", load.stderr)
+    assert started is not None, load.stderr[-2000:]
+    # one instant for every query: the schedule's end; the window before it holds this
+    # load's requests and no earlier test's. Every sample up to it is stored once the
+    # slowest job's next scrape (5 s) has landed.
+    at = float(started.group(1)) + wl.duration_s
+    time.sleep(max(0.0, at + 6.0 - time.time()))
     state = lab.LabState.load(cluster)
     assert state is not None
 
@@ -161,14 +213,16 @@ def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
                       "replicas": {"min": 2, "max": 4}, "slo": {"latencyMs": 30},
                       "metrics": {"prometheus": {"url": "http://lab", "preset": preset,
                                                  "namespaceLabel": "",
-                                                 "podLabel": "instance"}}})
+                                                 "podLabel": "instance",
+                                                 "rateWindow": f"{window_s}s"}}})
         return spec.prometheus
 
     def ask(preset: str, name: str) -> dict[str, float]:
         # the lab's series have no pod label: the scoping to the target's pods (a regex on
         # the pod label, here "instance") is widened to every scraped node
         q = prom(preset).query(name, "", "").replace('instance=~"-[0-9]+"', 'instance!=""')
-        raw = lab.prometheus_get(state, "/api/v1/query?query=" + urllib.parse.quote(q))
+        raw = lab.prometheus_get(state, "/api/v1/query?query=" + urllib.parse.quote(q) +
+                                 f"&time={at:.3f}")
         assert raw is not None, q
         out = {}
         for r in json.loads(raw)["data"]["result"]:
@@ -176,27 +230,31 @@ def test_presets_read_the_real_jmx_exporter_in_both_namings(cluster: Path,
             out[node] = float(r["value"][1])
         return out
 
-    try:
-        time.sleep(55)  # the load's first minute: both namings' rates over the same window
-        got = {p: {n: ask(p, n) for n in ("readRps", "writeRps", "dataBytes", "nodeReadRps",
-                                          "nodeWriteRps", "nodeLatencyMs")}
-               for p in ("jmx-exporter", "jmx-exporter-example")}
-    finally:
-        _, err = load.communicate(timeout=300)
-    assert load.returncode == 0, err[-2000:]
+    got = {p: {n: ask(p, n) for n in ("readRps", "writeRps", "dataBytes", "nodeReadRps",
+                                      "nodeWriteRps", "nodeLatencyMs")}
+           for p in ("jmx-exporter", "jmx-exporter-example")}
+    print(f"both presets at epoch {at:.0f} over {window_s} s:", got)
     lab_, ex = got["jmx-exporter"], got["jmx-exporter-example"]
-    assert lab_["readRps"]["all"] > 20, lab_  # the load ran
+    for p in got.values():  # the load ran, and each naming saw its reads, writes and data
+        assert p["readRps"].get("all", 0) > 0 and p["writeRps"].get("all", 0) > 0, got
+        assert p["dataBytes"].get("all", 0) > 0, got
+    figure("lab_read_rps", lab_["readRps"]["all"], ">=", 20.0,
+           f"client reads/s the jmx-exporter preset read over the load's last {window_s} s",
+           source="was assert lab_['readRps']['all'] > 20 (over the load's first minute)")
     # a read at consistency ONE is one replica read; a write is written on both replicas
-    assert ex["readRps"]["all"] == pytest.approx(lab_["readRps"]["all"], rel=0.2)
-    assert ex["writeRps"]["all"] == pytest.approx(lab_["writeRps"]["all"], rel=0.2)
-    assert ex["dataBytes"]["all"] == pytest.approx(lab_["dataBytes"]["all"], rel=0.05)
+    for name, rel in (("readRps", 0.2), ("writeRps", 0.2), ("dataBytes", 0.05)):
+        ratio = ex[name]["all"] / lab_[name]["all"]
+        what = f"{name}: the example naming's over the lab naming's"
+        was = f"was assert ex[{name!r}] == approx(lab_[{name!r}], rel={rel})"
+        figure(f"example_{name}_ratio_low", ratio, ">=", 1 - rel, what, source=was)
+        figure(f"example_{name}_ratio_high", ratio, "<=", 1 + rel, what, source=was)
     ips = {n.spec.ip for n in state.nodes}
     for p in got.values():
         assert set(p["nodeLatencyMs"]) == ips, p  # every node's own latency series
         assert set(p["nodeReadRps"]) == ips
         # a node that served requests has its latency; one that served none (the driver's
         # routing left a node idle in one CI run: 109, 5 and 0 reads/s) has none: NaN, a
-        # missing value, never 0
+        # missing value, never 0 (every query at one instant: the same rates on both sides)
         served = {n for n in ips if p["nodeReadRps"][n] + p["nodeWriteRps"].get(n, 0) > 0}
         assert served, p
         for n in ips:
@@ -243,10 +301,12 @@ def test_bwman_step_actuates_tc_and_the_stream_throttle(cluster: Path) -> None:
         shaper.remove()
 
 
-def test_profile_sweeps_and_measures_migration(cluster: Path, tmp_path: Path) -> None:
+def test_profile_sweeps_and_measures_migration(cluster: Path, tmp_path: Path,
+                                               figure: FigureBook) -> None:
     """A tiny `elastore lab profile` on the live cluster: every point lands in the samples
-    CSV, migration points measure real streaming, the no-migration ones none, the bandwidth
-    CSV follows the load, and an existing file is never overwritten."""
+    CSV, migration points measure real streaming, more than the no-migration ones, the
+    bandwidth CSV follows the load, and an existing file is never overwritten. Stage
+    ``profile``: it leaves the keyspace ``bulk``."""
     import csv
     import subprocess
     import sys
@@ -263,13 +323,32 @@ def test_profile_sweeps_and_measures_migration(cluster: Path, tmp_path: Path) ->
     rows = list(csv.DictReader(out.open()))
     assert {int(r["point"]) for r in rows} == {0, 1, 2, 3}
     mig = {int(r["point"]): float(r["migration_mibps"]) for r in rows}
-    assert mig[0] < 0.05 and mig[1] < 0.05, mig  # no rebuild running: (almost) nothing
-    assert mig[2] > 0.3 and mig[3] > 0.3, mig  # rebuilds streamed during these points
+    # rebuilds streamed during the migration points, more than anything did during the
+    # no-migration ones (no rebuild running: (almost) nothing)
+    assert min(mig[2], mig[3]) > max(mig[0], mig[1]) >= 0, mig
+    figure("no_migration_mibps", max(mig[0], mig[1]), "<=", 0.05,
+           "streaming during the no-migration points, MiB/s per server",
+           source="was assert mig[0] < 0.05 and mig[1] < 0.05")
+    figure("migration_mibps", min(mig[2], mig[3]), ">=", 0.3,
+           "streaming during the migration points (throttle 4 MiB/s), MiB/s per server",
+           source="was assert mig[2] > 0.3 and mig[3] > 0.3")
     assert all(float(r["p95_ms"]) > 0 for r in rows)
     bw = {int(r["point"]): r for r in csv.DictReader(
         (tmp_path / "samples-bandwidth.csv").open())}
-    assert float(bw[1]["client_mbit"]) > 2 * float(bw[0]["client_mbit"]) > 0
-    assert float(bw[1]["served_rps"]) == pytest.approx(80, rel=0.15)  # 240 / 3 nodes
+    client = [float(bw[k]["client_mbit"]) for k in (0, 1)]
+    served = [float(bw[k]["served_rps"]) for k in (0, 1)]
+    # 4x the load (60 -> 240 req/s): more served and more client bytes; never more served
+    # than scheduled (240 / 3 nodes: a load counts the answers to what it scheduled)
+    assert client[1] > client[0] > 0, bw
+    assert 0 < served[0] < served[1] <= 1.15 * 80, bw
+    figure("client_mbit_ratio", client[1] / client[0], ">=", 2.0,
+           "client Mbit/s at 240 req/s over that at 60 req/s",
+           source="was assert client_mbit[1] > 2 * client_mbit[0]")
+    was = "was assert served_rps[1] == approx(80, rel=0.15)"
+    figure("served_rps_low", served[1], ">=", 0.85 * 80,
+           "req/s per server served at 240 req/s on 3 nodes", source=was)
+    figure("served_rps_high", served[1], "<=", 1.15 * 80,
+           "req/s per server served at 240 req/s on 3 nodes", source=was)
     before = out.read_bytes()
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300,
                            check=False)
@@ -279,14 +358,17 @@ def test_profile_sweeps_and_measures_migration(cluster: Path, tmp_path: Path) ->
     assert state is not None
     for n in state.nodes:  # the sweep leaves the store at its default throttle
         assert lab.get_stream_throughput(n.n, d=cluster) == pytest.approx(24)
+    STAGES.done("profile")
 
 
 def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
-        cluster: Path, tmp_path: Path) -> None:
+        cluster: Path, tmp_path: Path, figure: FigureBook) -> None:
     """A tiny `elastore lab profile-bandwidth`: one client bandwidth with a load inside and
     one beyond it, one storage bandwidth with a real rebuild. The served rate lies below
-    the class's nominal rate, the overload point is found (not a lower bound), the rebuild
-    streams at the shaped rate, and the curves are in the form `models fit` reads."""
+    the class's nominal rate, the rebuild streams and its class never carries more than
+    its shaped rate, and the curves are in the form `models fit` reads. That the overload
+    point broke the SLO (the served rate no lower bound), the half load met it, and the
+    rebuild's speed within 15 % of the shaped rate are figures."""
     import csv
     import subprocess
     import sys
@@ -307,17 +389,29 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900,
                          check=False)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "[3/3]" in res.stderr and "lower bound" not in res.stderr, res.stderr[-2000:]
+    assert "[3/3]" in res.stderr, res.stderr[-2000:]
+    figure("client_border_found", 0.0 if "lower bound" in res.stderr else 1.0, ">=", 1.0,
+           "1 if a load broke the 1000-ms SLO at 4 Mbit/s (the served rate no lower bound)",
+           source="was assert 'lower bound' not in res.stderr")
     rows = list(csv.DictReader(out.open()))
     client = [r for r in rows if r["client_mbit"]]
     mig = [r for r in rows if r["migration_mbit"]]
     assert len(client) == 1 and len(mig) == 1, rows
     served = float(client[0]["served_rps"])
     print(res.stderr[-1500:])
-    assert 0 < served < nominal_rps(4), (served, res.stderr[-1500:])
+    # a class shaped to 4 Mbit/s never serves more than its nominal rate within the SLO
+    assert served < nominal_rps(4), (served, res.stderr[-1500:])
+    figure("client_served_rps", served, ">=", 1.0,
+           "req/s per server within the SLO at 4 Mbit/s (0: not even the half load met it)",
+           source="was assert 0 < served")
     speed = float(mig[0]["migration_mibps"])
     print(f"4 Mbit/s: {served:.1f} req/s within the SLO, migration {speed:.3f} MiB/s")
-    assert speed == pytest.approx(mbit_to_mibps(4), rel=0.15)
+    assert speed > 0, rows
+    was = "was assert speed == approx(mbit_to_mibps(4), rel=0.15)"
+    figure("migration_speed_low", speed, ">=", 0.85 * mbit_to_mibps(4),
+           "the rebuild's speed per sender in a 4-Mbit/s class, MiB/s", source=was)
+    figure("migration_speed_high", speed, "<=", 1.15 * mbit_to_mibps(4),
+           "the rebuild's speed per sender in a 4-Mbit/s class, MiB/s", source=was)
     # the file is what `models fit --bandwidth` reads (a curve needs 3 levels to be fitted;
     # this sweep measures 1 to stay short)
     cols = read_columns(out, None, (("client_mbit", "served_rps"),
@@ -328,6 +422,11 @@ def test_profile_bandwidth_finds_the_client_border_and_the_migration_speed(
     assert state is not None
     raw = (tmp_path / "bw-points.csv").read_text()
     assert raw.count("migration,") == len(state.nodes) - 1  # one row per sender
+    # the throttle: tc's own count of what each sender's class carried while busy never
+    # exceeds its rate (+15 %: the 64-KiB burst, the 0.5-s sampling)
+    senders = [r for r in csv.DictReader((tmp_path / "bw-points.csv").open())
+               if r["kind"] == "migration"]
+    assert all(float(r["wire_mbit"]) <= 1.15 * 4 for r in senders), senders
 
 
 def _nodetool(state: lab.LabState, n: int) -> Callable[[str], str]:
@@ -472,7 +571,9 @@ def test_ring_refusals_on_real_cassandra(cluster: Path) -> None:
     assert "requests no storage size" in (decommission_refusal(ring, None, 0.2, 0.5) or "")
 
 
-def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
+def test_throttled_decommission_loses_nothing(cluster: Path, figure: FigureBook) -> None:
+    """Stage ``decommission``: node 3 leaves, streaming at the store's throttle; no row is
+    lost, and the throttle is never exceeded. Leaves two nodes and the keyspace ``ks``."""
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 3
     written = lab.cql(state, "write", "ks", str(ROWS), str(VALUE_BYTES), "7", "2")
@@ -505,23 +606,42 @@ def test_throttled_decommission_loses_nothing(cluster: Path) -> None:
     # no row lost: count and checksum over every value, read at CL=ALL
     read = lab.cql(after, "verify", "ks")
     assert read == written
-    # the throttle was honoured: the rate while streaming (intervals well above the gossip
-    # background), from the first to the last such interval
+    # the throttle was honoured: from the first to the last interval above the gossip
+    # background, the receivers never got more than the throttle (+15 %: the stream's own
+    # framing, the sampling); a slow machine streams slower, never faster
     ts = np.array([s[0] for s in samples])
     bs = np.array([s[1] for s in samples])
     rates = np.diff(bs) / np.diff(ts) / 2**20
-    active = np.flatnonzero(rates > 0.5 * THROTTLE_MIBPS)
-    assert active.size >= 10, list(np.round(rates, 2))
-    lo, hi = active[0], active[-1] + 1
-    measured = (bs[hi] - bs[lo]) / (ts[hi] - ts[lo]) / 2**20
+    story = list(np.round(rates, 2))
+    streaming = np.flatnonzero(rates > 0.1 * THROTTLE_MIBPS)
+    assert streaming.size > 0, story
+    lo, hi = streaming[0], streaming[-1] + 1
     moved = (bs[hi] - bs[lo]) / 2**20
-    assert moved > 20, moved  # enough data moved for the rate to mean something
-    print(f"decommission streamed {moved:.1f} MiB at {measured:.2f} MiB/s "
-          f"(throttle {THROTTLE_MIBPS} MiB/s)")
-    assert measured == pytest.approx(THROTTLE_MIBPS, rel=0.15), (measured, moved)
+    assert moved > 20, (moved, story)  # the leaving node's data crossed the wire
+    overall = moved / (ts[hi] - ts[lo])
+    assert overall <= 1.15 * THROTTLE_MIBPS, (overall, moved, story)
+    # the rate while streaming at speed (intervals above half the throttle), from the first
+    # to the last such interval: how close to the throttle it streamed
+    active = np.flatnonzero(rates > 0.5 * THROTTLE_MIBPS)
+    measured = math.nan
+    if active.size:
+        a, b = active[0], active[-1] + 1
+        measured = (bs[b] - bs[a]) / (ts[b] - ts[a]) / 2**20
+    print(f"decommission streamed {moved:.1f} MiB at {overall:.2f} MiB/s over its span, "
+          f"{measured:.2f} MiB/s at speed (throttle {THROTTLE_MIBPS} MiB/s)")
+    figure("streaming_intervals", int(active.size), ">=", 10,
+           "0.5-s intervals streaming above half the throttle",
+           source="was assert active.size >= 10")
+    was = "was assert measured == approx(THROTTLE_MIBPS, rel=0.15)"
+    figure("throttled_mibps_low", measured, ">=", 0.85 * THROTTLE_MIBPS,
+           "the decommission's stream at speed, MiB/s (throttle 2)", source=was)
+    figure("throttled_mibps_high", measured, "<=", 1.15 * THROTTLE_MIBPS,
+           "the decommission's stream at speed, MiB/s (throttle 2)", source=was)
+    STAGES.done("decommission")
 
 
 def test_decommission_refuses_below_rf(cluster: Path) -> None:
+    STAGES.needs("profile", "decommission")
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 2  # after the test above
     # every keyspace that would be under-replicated is named, in a stable order (the
@@ -658,9 +778,11 @@ def test_a_scale_out_is_followed_by_cleanup_and_a_scale_in_waits_for_it(cluster:
     the data it holds), asked for with elastore.io/paused-replicas. After the join the
     operator runs nodetool cleanup on node 1, then node 2, each throttled to the migration
     rate and its own compaction throttle put back; their loads drop to their share. A
-    scale-in asked for during the cleanup (paused-replicas 2) starts only after it."""
+    scale-in asked for during the cleanup (paused-replicas 2) starts only after it. Stage
+    ``scale-out``: needs ``decommission`` (two nodes), ends with two."""
     from elastore.operator.controls import PAUSED_REPLICAS_ANNOTATION
 
+    STAGES.needs("decommission")
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 2
     lab.cql(state, "alter-system-rf", "2")
@@ -731,6 +853,7 @@ def test_a_scale_out_is_followed_by_cleanup_and_a_scale_in_waits_for_it(cluster:
         # the join itself removes nothing (compaction moves a load by some 10 %)
         assert 0.45 * after_join[n] < after[n] < 0.85 * after_join[n], \
             (before, after_join, after)
+    STAGES.done("scale-out")
 
 
 def test_load_run_drives_a_cluster_named_by_contact_points(cluster: Path,
@@ -797,7 +920,9 @@ def test_load_run_drives_a_cluster_named_by_contact_points(cluster: Path,
 
 def test_ring_refuses_while_a_node_is_down_on_real_cassandra(cluster: Path) -> None:
     """The last use of the module's lab: node 1's JVM is stopped (by PID). Seen from node 2,
-    the ring has a DN node, and no decommission is judged safe."""
+    the ring has a DN node, and no decommission is judged safe. Needs ``decommission`` and
+    ``scale-out`` (two nodes, both up)."""
+    STAGES.needs("decommission", "scale-out")
     state = lab.LabState.load(cluster)
     assert state is not None and len(state.nodes) == 2
     first, other = state.nodes
