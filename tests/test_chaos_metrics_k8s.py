@@ -339,7 +339,7 @@ def test_chaos_prometheus_restart_during_a_step(
     join it holds has finished: the step ends (followed in the store), and no next step
     starts on missing data for two more periods. Then Prometheus starts again on the same
     port and data directory (its WAL replayed): decisions resume, and 4 -> 5 follows (the
-    last: max 5)."""
+    last: replicas 5..5)."""
     ns = RESTART_NS
     make_namespace(cp, ns, 3)
     (standin / ns).mkdir(parents=True, exist_ok=True)
@@ -564,7 +564,7 @@ def test_chaos_clock_off_prometheus(cp: ControlPlane, metrics: CassandraMetrics,
     old"), behind as a healthy snapshot of the data of 2 minutes ago. Now: Degraded,
     ClockSkew, the seconds said, a Warning Event; the join finishes (followed in the store);
     no next step while the clocks disagree; put right, the operator decides again and
-    4 -> 5 follows (the last: max 5)."""
+    4 -> 5 follows (the last: replicas 5..5)."""
     ns = CLOCK_NS[offset_s]
     make_namespace(cp, ns, 3)
     (standin / ns).mkdir(parents=True, exist_ok=True)
