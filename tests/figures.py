@@ -107,16 +107,16 @@ def write_results(folder: Path, books: list[FigureBook], command: list[str]) -> 
 
     recs = [r for b in books for r in b.seen]
     folder.mkdir(parents=True, exist_ok=True)
-    return record(folder, "lab-figures", {r.key: r.value for r in recs},
+    return bool(record(folder, "lab-figures", {r.key: r.value for r in recs},
                   [r.target for r in recs], command,
                   notes="the quantities the lab suites of make test meet, each judged "
-                        "against its target (tests/figures.py)")
+                        "against its target (tests/figures.py)"))
 
 
 def off_target(sink: Path) -> list[dict[str, Any]]:
     """The figures in a ``make test`` sink that missed their targets (a line cut short by
     a killed run is passed over)."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not sink.exists():
         return out
     for line in sink.read_text().splitlines():

@@ -25,7 +25,7 @@ selected", is not one). At the end it prints each phase's time and the slowest t
 and writes them to ``.test-times/summary.json``.
 
 ``record`` appends the last run's summary (its commit, date, phase times, counts and failed
-tests) to ``tests/results/test-runs.jsonl``, the project's history of whole runs, with a label
+tests) to ``tests/test-runs.jsonl``, the project's history of whole runs, with a label
 and a note; ``history`` prints that file as a table. The history lives there, not in prose.
 
 ``lab-check`` (``make lab-check``) is the measurements: each one writes ``results.json`` beside
@@ -51,7 +51,7 @@ FORECAST_VENV = REPO / ".venv-forecast" / "bin"
 MSTL_TESTS = "tests/test_predictor_mstl.py"
 OUT = REPO / ".test-times"
 #: the committed history of whole runs (``record`` appends, ``history`` prints)
-HISTORY = REPO / "tests" / "results" / "test-runs.jsonl"
+HISTORY = REPO / "tests" / "test-runs.jsonl"
 #: how many of the slowest files the summary lists
 SLOWEST = 25
 #: the niceness of a phase run beside another: the lab phase keeps the CPU when it wants it
