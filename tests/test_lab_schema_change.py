@@ -1,6 +1,8 @@
 """The lab clients' schema statements survive a lost answer: a CI run's load generator died
 when CREATE TABLE timed out ('Connection defunct by heartbeat') on a loaded machine, and the
-real-node run then had no load at all. The statements are idempotent, so a retry is safe."""
+real-node run then had no load at all. The statements are idempotent, so a retry is safe.
+An answer that came before every node agreed on the schema is waited out: a loaded run's
+write prepared its INSERT on a node that had not seen CREATE TABLE yet."""
 
 from __future__ import annotations
 
@@ -13,19 +15,49 @@ from elastore.errors import ElastoreError
 from elastore.lab.cassandra import cql
 
 
-class _Session:
-    """Answers each execute with the next outcome: an exception to raise, or None."""
+class _Future:
+    def __init__(self, agreed: bool) -> None:
+        self.is_schema_agreed = agreed
 
-    def __init__(self, outcomes: list[BaseException | None]) -> None:
+
+class _Result(list[Any]):
+    def __init__(self, agreed: bool) -> None:
+        super().__init__()
+        self.response_future = _Future(agreed)
+
+
+class _Control:
+    def __init__(self, answers: list[bool]) -> None:
+        self.answers = answers
+        self.waits: list[float] = []
+
+    def wait_for_schema_agreement(self, wait_time: float) -> bool:
+        self.waits.append(wait_time)
+        return self.answers.pop(0)
+
+
+class _Cluster:
+    def __init__(self, answers: list[bool]) -> None:
+        self.control_connection = _Control(answers)
+
+
+class _Session:
+    """Answers each execute with the next outcome: an exception to raise, or whether the
+    driver saw the schema agreed before it answered; the control connection's later waits
+    answer from ``agreements``."""
+
+    def __init__(self, outcomes: list[BaseException | bool | None],
+                 agreements: list[bool] | None = None) -> None:
         self.outcomes = outcomes
         self.calls: list[tuple[str, float]] = []
+        self.cluster = _Cluster(list(agreements or []))
 
     def execute(self, stmt: str, timeout: float) -> Any:
         self.calls.append((stmt, timeout))
         out = self.outcomes.pop(0)
-        if out is not None:
+        if isinstance(out, BaseException):
             raise out
-        return []
+        return _Result(out is not False)
 
 
 @pytest.fixture(autouse=True)
@@ -52,3 +84,18 @@ def test_other_errors_are_not_retried() -> None:
     with pytest.raises(ValueError, match="syntax"):
         cql.schema_change(s, "CREATE TABLE nonsense")
     assert len(s.calls) == 1
+
+
+def test_an_answer_before_the_schema_agreed_is_waited_out() -> None:
+    s = _Session([False], agreements=[True])
+    cql.schema_change(s, "CREATE TABLE IF NOT EXISTS ks.kv (k bigint PRIMARY KEY)")
+    assert s.cluster.control_connection.waits == [cql.SCHEMA_TIMEOUT_S]
+    agreed = _Session([True])
+    cql.schema_change(agreed, "CREATE TABLE IF NOT EXISTS ks.kv (k bigint PRIMARY KEY)")
+    assert agreed.cluster.control_connection.waits == []  # nothing to wait for
+
+
+def test_a_schema_that_never_agrees_says_so() -> None:
+    s = _Session([False], agreements=[False])
+    with pytest.raises(ElastoreError, match="did not agree on the schema within 60 s"):
+        cql.schema_change(s, "CREATE TABLE IF NOT EXISTS ks.kv (k bigint PRIMARY KEY)")
