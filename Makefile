@@ -94,8 +94,8 @@ image: image-deps | $(VENV)/bin/python
 # Two tiers (docs/testing.md). `make test` (CI) tests mechanisms, asserting only what holds
 # at any machine speed: lint, types, the MSTL baseline's tests (in .venv-forecast:
 # statsforecast needs pandas < 3, the package runs on pandas 3), then the unit suites and
-# the `concurrent` lab tests on 3 pytest-xdist workers, then the lab suites in two streams
-# side by side with the control-plane suites beside them (niced, 2 workers). Every phase
+# the `concurrent` lab tests on 3 pytest-xdist workers, then the lab suites one at a time
+# with the control-plane suites beside them (niced, 2 workers). Every phase
 # runs; the exit code is the first failure's. It ends with the time of each phase, the 25
 # slowest test files and the figures off target (.test-times/summary.json, figures.jsonl).
 # Budget: 35 min with warm caches, 50 cold, on 2 cores.

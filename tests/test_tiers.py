@@ -27,16 +27,8 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
     phases = {p.name: p for p in tiers.test_phases([])}
     exprs = {name: p.argv[p.argv.index("-m") + 1] for name, p in phases.items()
              if "-m" in p.argv}
-    assert set(exprs) == {"parallel", "lab", "lab-2", "control-plane"}
-    # the two lab streams take the same markers and split them by file: the second names
-    # its files, the first ignores exactly those
-    assert exprs["lab"] == exprs["lab-2"] == tiers.LAB_MARKERS
-    second = set(tiers.LAB_SECOND_STREAM)
-    assert second and second <= set(phases["lab-2"].argv)
-    assert {a.removeprefix("--ignore=") for a in phases["lab"].argv
-            if a.startswith("--ignore=tests/test_")} == second | {tiers.MSTL_TESTS}
-    assert all((tiers.REPO / f).is_file() for f in second)
-    del exprs["lab-2"]
+    assert set(exprs) == {"parallel", "lab", "control-plane"}
+    assert exprs["lab"] == tiers.LAB_MARKERS
     for marks in _marker_sets():
         chosen = [name for name, e in exprs.items() if _selected(e, marks)]
         if "measure" in marks:
@@ -54,15 +46,14 @@ def test_every_test_is_in_exactly_one_tier_and_measurements_never_in_make_test()
             assert chosen == ["parallel"], marks
 
 
-def test_the_lab_streams_run_side_by_side_and_the_control_plane_beside_them_niced() -> None:
+def test_only_the_control_plane_phase_runs_beside_another_and_niced() -> None:
     phases = tiers.test_phases([])
     names = [(p.name, p.beside) for p in phases]
-    k = names.index(("lab", False))
-    assert names[k + 1:] == [("lab-2", True), ("control-plane", True)]
-    assert [n for n, beside in names if beside] == ["lab-2", "control-plane"]
-    # the lab streams are the critical path and keep full priority
-    assert phases[k].argv[0] != "nice" and phases[k + 1].argv[0] != "nice"
-    assert phases[k + 2].argv[:3] == ("nice", "-n", str(tiers.BESIDE_NICE)) and \
+    k = names.index(("control-plane", True))
+    assert names[k - 1] == ("lab", False)  # beside the lab phase
+    assert [n for n, beside in names if beside] == ["control-plane"]
+    assert phases[k - 1].argv[0] != "nice"  # the critical path keeps full priority
+    assert phases[k].argv[:3] == ("nice", "-n", str(tiers.BESIDE_NICE)) and \
         tiers.BESIDE_NICE > 0
 
 

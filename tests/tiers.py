@@ -63,11 +63,6 @@ SINGLE_THREADED = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 
 #: the lab phase's tests: real stores, or a store beside a control plane
 LAB_MARKERS = "lab and (not concurrent or k8s) and not measure"
-#: the lab modules of the second stream, run beside the first: the real node (its own
-#: kubelet and network namespace) and Swift's (its own ports, no JVM)
-LAB_SECOND_STREAM = ("tests/test_real_node.py", "tests/test_swift_lab.py",
-                     "tests/test_swift_operator_k8s.py", "tests/test_skew_swift_lab.py")
-
 
 @dataclass(frozen=True)
 class Phase:
@@ -96,14 +91,10 @@ def test_phases(extra: list[str]) -> list[Phase]:
         Phase("parallel", (*py, "-m", "not measure and not k8s and (not lab or concurrent)",
                            "-n", "3", "--dist", "loadfile", f"--ignore={MSTL_TESTS}", *extra),
               pytest=True),
-        # real stores under load, one test at a time in each of two streams: the Cassandra
-        # labs here, and beside them, at the same priority, the real node and Swift (their
-        # own network namespaces and ports). What they assert holds at any machine speed
-        # (docs/testing.md); the quantities they meet are figures, judged in lab-check
-        Phase("lab", (*py, "-m", LAB_MARKERS, f"--ignore={MSTL_TESTS}",
-                      *(f"--ignore={f}" for f in LAB_SECOND_STREAM), *extra), pytest=True),
-        Phase("lab-2", (*py, "-m", LAB_MARKERS, *LAB_SECOND_STREAM, *extra), pytest=True,
-              beside=True),
+        # real stores under load, one test at a time at full priority: the critical path.
+        # (Two lab streams side by side were measured and dropped: docs/testing.md)
+        Phase("lab", (*py, "-m", LAB_MARKERS, f"--ignore={MSTL_TESTS}", *extra),
+              pytest=True),
         # control planes and operators over kwok's pods, no store: mostly waiting on the wall
         # clock, so they run beside the lab phase, niced, a module's fixtures in one process
         Phase("control-plane", ("nice", "-n", str(BESIDE_NICE), *py, "-m",
