@@ -83,6 +83,14 @@ class FigureBook:
                                      "bound": float(bound), "meaning": meaning,
                                      "met": rec.met}) + "\n")
 
+    def within(self, name: str, value: Any, want: float, rel: float, meaning: str,
+               source: str = "") -> None:
+        """A two-sided target, what ``value == approx(want, rel=rel)`` asserted, as two
+        figures: ``name_low`` (>= want x (1 - rel)) and ``name_high`` (<= want x (1 + rel))."""
+        was = source or f"was assert {name} == approx({want:g}, rel={rel:g})"
+        self(f"{name}_low", value, ">=", want * (1 - rel), meaning, source=was)
+        self(f"{name}_high", value, "<=", want * (1 + rel), meaning, source=was)
+
     def misses(self) -> list[Recorded]:
         return [r for r in self.seen if not r.met]
 

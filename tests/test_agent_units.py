@@ -326,11 +326,10 @@ def test_agent_shaper_guarantees_both_classes_in_both_directions(
     for way, mbit in (("to_pod", to_pod), ("from_pod", from_pod)):
         for cls, want in (("client", 30), ("storage", 69)):
             got = mbit[AGENT_CLIENT if cls == "client" else AGENT_STORAGE]
-            was = f"was assert rates[{cls}] == approx({want}, rel=0.05)"
             meaning = (f"the {cls} class {way.replace('_', ' ')}, both classes saturating "
                        f"({want} Mbit/s guaranteed), Mbit/s")
-            figure(f"{way}_{cls}_mbit_low", got, ">=", want * 0.95, meaning, source=was)
-            figure(f"{way}_{cls}_mbit_high", got, "<=", want * 1.05, meaning, source=was)
+            figure.within(f"{way}_{cls}_mbit", got, want, 0.05, meaning,
+                          source=f"was assert rates[{cls}] == approx({want}, rel=0.05)")
 
 
 @pytest.mark.lab

@@ -36,6 +36,14 @@ def test_a_figure_is_recorded_with_its_target_and_a_missing_one_is_never_met(
     assert off[1]["value"] is None  # NaN is written as null, the file stays JSON
 
 
+def test_a_two_sided_target_is_two_figures() -> None:
+    book = figures.FigureBook("tests/test_x.py::test_y", False, None)
+    book.within("rate", 11.5, 10, 0.10, "Mbit/s")
+    assert [(r.key.split("::")[-1], r.target.op, r.target.bound, r.met) for r in book.seen] \
+        == [("rate_low", ">=", 9.0, True), ("rate_high", "<=", pytest.approx(11.0), False)]
+    assert book.seen[0].target.source == "was assert rate == approx(10, rel=0.1)"
+
+
 def test_the_judged_figures_are_written_with_their_targets(tmp_path: Path) -> None:
     book = figures.FigureBook("tests/test_x.py::test_y", True, None)
     book("rate", 9.6, ">=", 9.0, "Mbit/s")

@@ -147,13 +147,6 @@ def together(ns: str, flows: list[tuple[str, int, str]], seconds: float) -> list
         return [math.nan] * len(flows)
 
 
-def within(figure: FigureBook, name: str, value: float, want: float, meaning: str) -> None:
-    """A two-sided target of +-10 % as two figures, ``name_low`` and ``name_high``."""
-    was = f"was assert {name} == approx({want:g}, rel=0.10)"
-    figure(f"{name}_low", value, ">=", want * 0.9, meaning, source=was)
-    figure(f"{name}_high", value, "<=", want * 1.1, meaning, source=was)
-
-
 def test_unshaped_loopback_is_fast(ns: str, figure: FigureBook) -> None:
     """No qdisc of ours on the namespace's loopback; its speed is a figure (far above every
     rate shaped below)."""
@@ -174,13 +167,13 @@ def test_client_and_storage_classes_and_a_live_change(ns: str, figure: FigureBoo
         samples, snaps = polled(shaper, lambda: measure(ns, NODE, 9042, 3.0))
         assert sent(snaps, client_h) > 0  # a flow to 127.0.0.2:9042: its client class
         assert peak_mbit(snaps, client_h) <= 20 * CAP_SLACK, story(snaps, client_h)
-        within(figure, "client_mbit", rate_of(samples, 1.0, 3.0), 20,
-               "a flow through a 20-Mbit/s client class, Mbit/s")
+        figure.within("client_mbit", rate_of(samples, 1.0, 3.0), 20, 0.10,
+                      "a flow through a 20-Mbit/s client class, Mbit/s")
         samples, snaps = polled(shaper, lambda: measure(ns, OTHER, 7000, 3.0))
         assert sent(snaps, storage_h) > 0
         assert peak_mbit(snaps, storage_h) <= 10 * CAP_SLACK, story(snaps, storage_h)
-        within(figure, "storage_mbit", rate_of(samples, 1.0, 3.0), 10,
-               "a flow through a 10-Mbit/s storage class, Mbit/s")
+        figure.within("storage_mbit", rate_of(samples, 1.0, 3.0), 10, 0.10,
+                      "a flow through a 10-Mbit/s storage class, Mbit/s")
 
         # live change in the middle of one flow: 20 -> 60 Mbit/s at t = 3 s
         change: list[float] = []
@@ -200,10 +193,10 @@ def test_client_and_storage_classes_and_a_live_change(ns: str, figure: FigureBoo
         assert sent(snaps, client_h, since=end) > 0, story(snaps, client_h)
         assert peak_mbit(snaps, client_h, until=start) <= 20 * CAP_SLACK, story(snaps, client_h)
         assert peak_mbit(snaps, client_h, since=end) <= 60 * CAP_SLACK, story(snaps, client_h)
-        within(figure, "before_change_mbit", rate_of(samples, 1.0, 2.8), 20,
-               "the flow before its class changes from 20 to 60 Mbit/s, Mbit/s")
-        within(figure, "after_change_mbit", rate_of(samples, 4.0, 6.0), 60,
-               "the same flow after the change, Mbit/s")
+        figure.within("before_change_mbit", rate_of(samples, 1.0, 2.8), 20, 0.10,
+                      "the flow before its class changes from 20 to 60 Mbit/s, Mbit/s")
+        figure.within("after_change_mbit", rate_of(samples, 4.0, 6.0), 60, 0.10,
+                      "the same flow after the change, Mbit/s")
     finally:
         shaper.remove()
     # exactly what was installed is gone: no HTB left, traffic unshaped again
@@ -226,8 +219,9 @@ def test_guaranteed_classes_borrow_up_to_the_ceiling(ns: str, figure: FigureBook
         assert sent(snaps, storage_h) > 0
         assert peak_mbit(snaps, storage_h) <= 40 * CAP_SLACK, \
             story(snaps, storage_h)  # no more than the ceiling
-        within(figure, "borrowed_mbit", rate_of(samples, 1.0, 3.0), 40,
-               "a 5-Mbit/s storage class alone, borrowing up to its 40-Mbit/s ceiling, Mbit/s")
+        figure.within("borrowed_mbit", rate_of(samples, 1.0, 3.0), 40, 0.10,
+                      "a 5-Mbit/s storage class alone, borrowing up to its 40-Mbit/s "
+                      "ceiling, Mbit/s")
     finally:
         shaper.remove()
 
@@ -255,27 +249,27 @@ def test_nic_guarantees_each_class_its_share_and_changes_live(
         assert sent(snaps, cls.client) > 0 and sent(snaps, cls.storage) > 0
         assert peak_mbit(snaps, cls.nic) <= 40 * CAP_SLACK, \
             story(snaps, cls.nic)  # the NIC holds both
-        within(figure, "guaranteed_client_mbit", client, 30,
-               "the client class's 30-Mbit/s guarantee, both flows saturating, Mbit/s")
-        within(figure, "guaranteed_storage_mbit", storage, 10,
-               "the storage class's 10-Mbit/s guarantee, both flows saturating, Mbit/s")
+        figure.within("guaranteed_client_mbit", client, 30, 0.10,
+                      "the client class's 30-Mbit/s guarantee, both flows saturating, Mbit/s")
+        figure.within("guaranteed_storage_mbit", storage, 10, 0.10,
+                      "the storage class's 10-Mbit/s guarantee, both flows saturating, Mbit/s")
         shaper.set_rates(NODE, client_mbit=10, storage_mbit=30)
         got = classes(shaper)
         assert got["1:10"] == (10.0, 40.0) and got["1:11"] == (30.0, 40.0), got
         pair, snaps = polled(shaper, lambda: together(ns, [CLIENT_FLOW, STORAGE_FLOW], 4.0))
         client, storage = pair
         assert peak_mbit(snaps, cls.nic) <= 40 * CAP_SLACK, story(snaps, cls.nic)
-        within(figure, "swapped_client_mbit", client, 10,
-               "the client class after the swap (10 Mbit/s guaranteed), Mbit/s")
-        within(figure, "swapped_storage_mbit", storage, 30,
-               "the storage class after the swap (30 Mbit/s guaranteed), Mbit/s")
+        figure.within("swapped_client_mbit", client, 10, 0.10,
+                      "the client class after the swap (10 Mbit/s guaranteed), Mbit/s")
+        figure.within("swapped_storage_mbit", storage, 30, 0.10,
+                      "the storage class after the swap (30 Mbit/s guaranteed), Mbit/s")
         # alone, a class borrows the whole NIC, and no more
         one, snaps = polled(shaper, lambda: together(ns, [STORAGE_FLOW], 3.0))
         (alone,) = one
         assert sent(snaps, cls.storage) > 0
         assert peak_mbit(snaps, cls.nic) <= 40 * CAP_SLACK, story(snaps, cls.nic)
-        within(figure, "alone_mbit", alone, 40,
-               "the storage class alone, borrowing the whole 40-Mbit/s NIC, Mbit/s")
+        figure.within("alone_mbit", alone, 40, 0.10,
+                      "the storage class alone, borrowing the whole 40-Mbit/s NIC, Mbit/s")
         # traffic *to* node 2's port 9042 is what its clients send, not node 2's egress: it
         # goes unclassified, and only node 2's ACKs take its client class
         samples, snaps = polled(shaper, lambda: measure(ns, NODE, 9042, 2.0))
@@ -306,8 +300,8 @@ def test_unmanaged_nic_is_one_fifo(ns: str, figure: FigureBook) -> None:
         assert sent(snaps, leaf) > 0
         assert peak_mbit(snaps, leaf) <= 40 * CAP_SLACK, \
             story(snaps, leaf)  # both flows, one 40-Mbit/s FIFO
-        within(figure, "fifo_sum_mbit", client + storage, 40,
-               "both flows through the one 40-Mbit/s FIFO, Mbit/s")
+        figure.within("fifo_sum_mbit", client + storage, 40, 0.10,
+                      "both flows through the one 40-Mbit/s FIFO, Mbit/s")
         with pytest.raises(ElastoreError, match="one FIFO per node"):
             shaper.set_rates(NODE, client_mbit=10)
     finally:
