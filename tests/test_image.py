@@ -243,6 +243,12 @@ def test_the_statefulset_manifest() -> None:
     vct = spec["volumeClaimTemplates"][0]["spec"]
     assert vct["storageClassName"] == "elastore-test"
     assert vct["resources"]["requests"]["storage"] == "1Gi"
+    assert "JVM_EXTRA_OPTS" not in {e["name"] for e in c["env"]}  # the image's default JIT
+    quick = yaml.safe_load(images.cassandra_statefulset(
+        "cass", "ns1", 3, "elastore-test", "1Gi", cassandra_image,
+        jvm_opts="-XX:TieredStopAtLevel=1"))["items"][-1]
+    (c,) = quick["spec"]["template"]["spec"]["containers"]
+    assert {"name": "JVM_EXTRA_OPTS", "value": "-XX:TieredStopAtLevel=1"} in c["env"]
 
 
 def test_the_entrypoint_finds_its_seed_through_the_api(tmp_path: Path,

@@ -66,6 +66,7 @@ from testbed.images import (
 from testbed.k8s import ControlPlane, ensure_helm
 from testbed.node import NODE_ADDR, PROMETHEUS_PORT, RealNode, start_cluster, start_prometheus
 
+from elastore.lab.cassandra.nodes import node_jit_flags
 from elastore.resources import builtin_model
 
 pytestmark = [pytest.mark.lab, pytest.mark.k8s, pytest.mark.slow]
@@ -396,7 +397,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, shared_dir: Path) -> Iterator[
         cp.kubectl("apply", "-f", "-", stdin=_persistent_volumes(5, root / "pv"))
         t0 = time.monotonic()
         cp.kubectl("apply", "-f", "-", stdin=cassandra_statefulset(
-            STS, NS, 3, "elastore-test", "1Gi", cass_image))
+            STS, NS, 3, "elastore-test", "1Gi", cass_image,
+            jvm_opts=" ".join(node_jit_flags())))
         wait_until("3 Cassandra pods Ready", lambda: _ready(cp, "statefulset", STS, NS, 3),
                    600, every_s=2)
         times["cassandra 3 pods Ready"] = time.monotonic() - t0

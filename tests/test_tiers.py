@@ -152,3 +152,27 @@ def test_a_run_is_recorded_with_its_provenance_and_printed_back(
     assert "[CI] 31.0 min: 7 passed, 1 failed (lab 25.0 min FAILED)" in out, out
     assert "tests/test_x.py::test_y" in out and "fresh clone" not in out
     assert tiers.show_history(tmp_path / "none.jsonl", None) == 2
+
+
+def test_make_test_runs_the_lab_on_c1_alone_and_lab_check_on_the_default_jit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The JIT switch reaches every make-test phase (beside ones too) and never a
+    measurement, even when the caller's environment has it."""
+    from elastore.lab.cassandra.nodes import QUICK_JIT_ENV
+
+    assert tiers.QUICK_JIT == QUICK_JIT_ENV
+
+    def said(name: str) -> tuple[str, ...]:
+        return ("sh", "-c", f'echo "${{{QUICK_JIT_ENV}:-unset}}" > {tmp_path / name}')
+
+    monkeypatch.setattr(tiers, "OUT", tmp_path / "times")
+    monkeypatch.setattr(tiers, "test_phases", lambda extra: [
+        tiers.Phase("lab", said("lab")), tiers.Phase("beside", said("beside"), beside=True)])
+    monkeypatch.setattr(tiers, "measurements", lambda: [
+        tiers.Measurement("m", said("m"), "x/results.json", 1, "a measurement")])
+    monkeypatch.delenv(QUICK_JIT_ENV, raising=False)
+    assert tiers.run_tests(None, []) == 0
+    monkeypatch.setenv(QUICK_JIT_ENV, "1")
+    assert tiers.run_lab_check(None) == 0
+    assert [(tmp_path / n).read_text().strip() for n in ("lab", "beside", "m")] == [
+        "1", "1", "unset"]

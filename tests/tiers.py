@@ -59,6 +59,10 @@ BESIDE_NICE = 10
 #: numpy's BLAS threads per pytest process: 3 workers on 2 cores, more would oversubscribe
 SINGLE_THREADED = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
+#: the lab's Cassandra nodes compile with C1 alone in make test (its mechanisms: about 30 %
+#: less CPU, docs/testing.md), never in lab-check (its measurements: Java's default JIT).
+#: elastore.lab.cassandra.nodes.QUICK_JIT_ENV
+QUICK_JIT = "ELASTORE_LAB_QUICK_JIT"
 
 
 #: the lab phase's tests: real stores, or a store beside a control plane
@@ -272,7 +276,8 @@ def run_tests(since: float | None, extra: list[str]) -> int:
         while k < len(phases) and phases[k].beside:  # every phase beside this one
             beside.append(phases[k])
             k += 1
-        env = dict(os.environ, **SINGLE_THREADED, ELASTORE_FIGURES=str(figures_sink))
+        env = dict(os.environ, **SINGLE_THREADED, ELASTORE_FIGURES=str(figures_sink),
+                   **{QUICK_JIT: "1"})
         started = [(b, *_start_beside(b, dict(env, ELASTORE_TIMINGS=str(
             _fresh(OUT / f"{b.name}.jsonl"))), ph.name)) for b in beside]
         try:
@@ -410,7 +415,8 @@ def run_lab_check(only: list[str] | None) -> int:
     rows = []
     for k, m in enumerate(chosen, 1):
         print(f"\n[{k}/{len(chosen)}] {m.name} (~{m.minutes} min): {m.what}", flush=True)
-        rc, secs = _run(m.argv, dict(os.environ, **dict(m.env)))
+        env = {k: v for k, v in os.environ.items() if k != QUICK_JIT}
+        rc, secs = _run(m.argv, dict(env, **dict(m.env)))
         rows.append((m, rc, secs))
     print("\n=== make lab-check")
     for m, rc, secs in rows:

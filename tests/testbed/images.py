@@ -400,7 +400,7 @@ LOGBACK = """<configuration>
 
 NODETOOL = """#!/bin/sh
 # nodetool against this node's JMX (Cassandra binds it to 127.0.0.1:{jmx})
-exec java -Xmx128m {flags} -Dlogback.configurationFile=/dev/null \\
+exec java -Xmx128m {client} {flags} -Dlogback.configurationFile=/dev/null \\
   -cp "$(cat /opt/cassandra/classpath)" org.apache.cassandra.tools.NodeTool \\
   -h 127.0.0.1 -p {jmx} "$@"
 """
@@ -413,7 +413,8 @@ POD_IP (downward API): listen and rpc address. POD_NAME: ``<statefulset>-<ordina
 ordinal 0 seeds itself, the others seed ``<statefulset>-0``, whose IP they read from the
 Kubernetes API with the pod's service-account token (the test cluster has no DNS), retrying
 until it has one. CASSANDRA_SEEDS overrides the seeds. CLUSTER_NAME (default elastore),
-HEAP_SIZE (default 256M), NUM_TOKENS (16), RING_DELAY_MS (3000). Data, commit log and the
+HEAP_SIZE (default 256M), NUM_TOKENS (16), RING_DELAY_MS (3000), JVM_EXTRA_OPTS (JVM flags,
+space-separated: a short test run's C1 alone, say). Data, commit log and the
 written config live under /var/lib/cassandra (the PVC). SERVICE_ACCOUNT_DIR: where the
 token, ca.crt and namespace are (the usual mount when unset).
 """
@@ -516,7 +517,8 @@ write_request_timeout: 5000ms
         cp = f.read().strip()
     argv = [
         "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k",
-        "-XX:+ExitOnOutOfMemoryError", *FLAGS,
+        "-XX:+ExitOnOutOfMemoryError", *os.environ.get("JVM_EXTRA_OPTS", "").split(),
+        *FLAGS,
         f"-javaagent:{HOME}/agent/jmx_prometheus_javaagent.jar="
         f"{EXPORTER_PORT}:{HOME}/conf/exporter.yaml",
         f"-Dcassandra.config=file://{conf}",
@@ -566,7 +568,8 @@ def _cassandra_tree(dst: Path) -> None:
     (dst / "conf" / "exporter.yaml").write_text(nodes.EXPORTER_CONFIG)
     (dst / "conf" / "logback.xml").write_text(LOGBACK)
     flags = " ".join(nodes.JAVA_MODULE_FLAGS)
-    (dst / "bin" / "nodetool").write_text(NODETOOL.format(flags=flags, jmx=JMX_PORT))
+    (dst / "bin" / "nodetool").write_text(NODETOOL.format(
+        client=" ".join(nodes.CLIENT_JVM_FLAGS), flags=flags, jmx=JMX_PORT))
     (dst / "bin" / "entrypoint.py").write_text(entrypoint_script())
     for f in (dst / "bin").iterdir():
         f.chmod(0o755)
@@ -604,13 +607,14 @@ def ensure_cassandra_image(progress: Progress | None = None) -> str:
 
 
 def cassandra_statefulset(name: str, ns: str, replicas: int, storage_class: str, size: str,
-                          image: str, *, heap: str = "256M", cluster: str | None = None
-                          ) -> str:
+                          image: str, *, heap: str = "256M", cluster: str | None = None,
+                          jvm_opts: str = "") -> str:
     """The YAML of a Cassandra cluster of :func:`ensure_cassandra_image` pods: a headless
     Service, a ServiceAccount allowed to read pods (the entrypoint reads ``<name>-0``'s IP:
     no DNS in the test cluster), and a StatefulSet the operator may manage (the
     ``elastore.io/managed`` label), scraped on :data:`EXPORTER_PORT`. The readiness probe
-    is an exec probe (the kubelet runs outside the pod network): the CQL port is open."""
+    is an exec probe (the kubelet runs outside the pod network): the CQL port is open.
+    ``jvm_opts``: extra JVM flags of the nodes (``JVM_EXTRA_OPTS``)."""
     app = {"app": name}
     probe = "exec 3<>/dev/tcp/$POD_IP/9042"
     docs = [{
@@ -662,6 +666,8 @@ def cassandra_statefulset(name: str, ns: str, replicas: int, storage_class: str,
                                 "fieldRef": {"fieldPath": "metadata.namespace"}}},
                             {"name": "CLUSTER_NAME", "value": cluster or name},
                             {"name": "HEAP_SIZE", "value": heap},
+                            *([{"name": "JVM_EXTRA_OPTS", "value": jvm_opts}] if jvm_opts
+                              else []),
                         ],
                         "ports": [{"name": "cql", "containerPort": 9042},
                                   {"name": "storage", "containerPort": 7000},

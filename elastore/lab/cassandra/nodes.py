@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,6 +135,23 @@ def ensure_jars(version: str = CASSANDRA_VERSION) -> Path:
     tmp.rename(lib)
     marker.touch()
     return lib
+
+#: a client JVM (nodetool, the example exporter) lives for seconds: C1 alone and the serial
+#: collector cost nodetool about 40 % less CPU than the server compiler and G1 (measured:
+#: docs/testing.md). The JVM's own warnings go to stderr, never into output we parse.
+CLIENT_JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xlog:disable",
+                    "-Xlog:all=warning:stderr"]
+#: set to 1, the lab's Cassandra nodes compile with C1 alone: a lab that lives for minutes
+#: boots with about 30 % less CPU and serves a load with about 30 % less (measured:
+#: docs/testing.md), at a peak throughput that is not production's. ``make test`` sets it
+#: for its mechanisms; the measurements (``make lab-check``) run the server compiler.
+QUICK_JIT_ENV = "ELASTORE_LAB_QUICK_JIT"
+
+
+def node_jit_flags() -> list[str]:
+    """The lab nodes' JIT flags: C1 alone when :data:`QUICK_JIT_ENV` is 1, else Java's
+    default (tiered, up to the server compiler)."""
+    return ["-XX:TieredStopAtLevel=1"] if os.environ.get(QUICK_JIT_ENV) == "1" else []
 
 
 def classpath(lib: Path) -> str:
@@ -260,7 +279,7 @@ def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000
     broadcast = [f"-Dcassandra.broadcast_interval_ms={load_broadcast_ms}"] if \
         load_broadcast_ms > 0 else []
     return [
-        "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k",
+        "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k", *node_jit_flags(),
         *JAVA_MODULE_FLAGS,
         f"-javaagent:{exporter_jar(lib)}={node.metrics}:{r / 'exporter.yaml'}",
         f"-Dcassandra.config=file://{r / 'cassandra.yaml'}",
@@ -322,9 +341,9 @@ def start_example_exporter(ns: str, node: NodeSpec) -> subprocess.Popen[bytes]:
     namespace, serving ``node.example_metrics`` from the node's JMX port."""
     log = (node.root / "logs" / "exporter-example.log").open("ab")
     return subprocess.Popen(netns.command(ns, [
-        "java", "-Xmx64m", "-jar", str(ensure_exporter_server()), node.example_metrics,
-        str(node.root / "exporter-example.yaml")]), stdout=log, stderr=subprocess.STDOUT,
-        start_new_session=True)
+        "java", "-Xmx64m", *CLIENT_JVM_FLAGS, "-jar", str(ensure_exporter_server()),
+        node.example_metrics, str(node.root / "exporter-example.yaml")]), stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | None = None,
@@ -350,16 +369,59 @@ def start_node(ns: str, node: NodeSpec, lib: Path, heap: str, group: Group | Non
                             preexec_fn=join)
 
 
+def nodetool_archive(lib: Path) -> Path:
+    """nodetool's class-data-sharing archive (JDK 13+'s dynamic AppCDS) beside the jars: the
+    classes one nodetool run loaded, mapped by later runs instead of parsed again (about a
+    third less CPU a call, measured beside :data:`CLIENT_JVM_FLAGS`)."""
+    return lib.parent / "nodetool.jsa"
+
+
+def _archive_flags(lib: Path) -> tuple[list[str], Path | None]:
+    """Map the archive if there is one; else write one at this run's exit, to a file of its
+    own (renamed into place after: concurrent first runs never share a half-written one).
+    A stale archive (another JVM, other jars) is refused by the JVM, which then runs without
+    it and warns on stderr."""
+    jsa = nodetool_archive(lib)
+    if jsa.exists():
+        return [f"-XX:SharedArchiveFile={jsa}"], None
+    tmp = jsa.with_name(f"{jsa.name}.{uuid.uuid4().hex}.partial")
+    return [f"-XX:ArchiveClassesAtExit={tmp}"], tmp
+
+
+def nodetool_argv(lib: Path, jmx_port: int, *args: str, archive: list[str] | None = None
+                  ) -> list[str]:
+    """The java command of nodetool ``args`` against the JMX port ``jmx_port`` on
+    127.0.0.1; ``archive``: class-data-sharing flags (:func:`run_archived`)."""
+    return ["java", "-Xmx128m", *CLIENT_JVM_FLAGS, *(archive or []), *JAVA_MODULE_FLAGS,
+            "-cp", classpath(lib), "-Dlogback.configurationFile=/dev/null",
+            "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1", "-p", str(jmx_port),
+            *args]
+
+
 def nodetool_command(ns: str, lib: Path, jmx_port: int, *args: str) -> list[str]:
     """nodetool ``args`` against the node whose JMX answers on ``jmx_port`` in ``ns``."""
-    return netns.command(ns, ["java", "-Xmx128m", *JAVA_MODULE_FLAGS, "-cp", classpath(lib),
-                              "-Dlogback.configurationFile=/dev/null",
-                              "org.apache.cassandra.tools.NodeTool", "-h", "127.0.0.1", "-p",
-                              str(jmx_port), *args])
+    return netns.command(ns, nodetool_argv(lib, jmx_port, *args))
+
+
+def run_archived(lib: Path, argv_for: Callable[[list[str]], list[str]], timeout: float
+                 ) -> subprocess.CompletedProcess[str]:
+    """Run the nodetool command ``argv_for(archive flags)`` with nodetool's archive
+    (:func:`nodetool_archive`): mapped when there is one, else written by this run and put
+    in place only if the JVM ended normally (a killed one may leave half an archive)."""
+    flags, written = _archive_flags(lib)
+    try:
+        res = subprocess.run(argv_for(flags), capture_output=True, text=True, timeout=timeout,
+                             check=False)
+        if written is not None and res.returncode == 0 and written.exists():
+            written.replace(nodetool_archive(lib))
+        return res
+    finally:
+        if written is not None:
+            written.unlink(missing_ok=True)
 
 
 def nodetool(ns: str, lib: Path, jmx_port: int, *args: str, timeout: float = 120
              ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(nodetool_command(ns, lib, jmx_port, *args), capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return run_archived(lib, lambda flags: netns.command(ns, nodetool_argv(
+        lib, jmx_port, *args, archive=flags)), timeout)
 
