@@ -45,6 +45,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from elastore.lab.cassandra.nodes import QUICK_JIT_ENV
+
 REPO = Path(__file__).resolve().parent.parent
 VENV = REPO / ".venv" / "bin"
 FORECAST_VENV = REPO / ".venv-forecast" / "bin"
@@ -60,9 +62,8 @@ BESIDE_NICE = 10
 SINGLE_THREADED = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                                      "MKL_NUM_THREADS")}
 #: the lab's Cassandra nodes compile with C1 alone in make test (its mechanisms: about 30 %
-#: less CPU, docs/testing.md), never in lab-check (its measurements: Java's default JIT).
-#: elastore.lab.cassandra.nodes.QUICK_JIT_ENV
-QUICK_JIT = "ELASTORE_LAB_QUICK_JIT"
+#: less CPU, docs/testing.md), never in lab-check (its measurements: Java's default JIT)
+QUICK_JIT = QUICK_JIT_ENV
 
 
 #: the lab phase's tests: real stores, or a store beside a control plane

@@ -398,9 +398,10 @@ def nodetool_argv(lib: Path, jmx_port: int, *args: str, archive: list[str] | Non
             *args]
 
 
-def nodetool_command(ns: str, lib: Path, jmx_port: int, *args: str) -> list[str]:
+def nodetool_command(ns: str, lib: Path, jmx_port: int, *args: str,
+                     archive: list[str] | None = None) -> list[str]:
     """nodetool ``args`` against the node whose JMX answers on ``jmx_port`` in ``ns``."""
-    return netns.command(ns, nodetool_argv(lib, jmx_port, *args))
+    return netns.command(ns, nodetool_argv(lib, jmx_port, *args, archive=archive))
 
 
 def run_archived(lib: Path, argv_for: Callable[[list[str]], list[str]], timeout: float
@@ -422,6 +423,6 @@ def run_archived(lib: Path, argv_for: Callable[[list[str]], list[str]], timeout:
 
 def nodetool(ns: str, lib: Path, jmx_port: int, *args: str, timeout: float = 120
              ) -> subprocess.CompletedProcess[str]:
-    return run_archived(lib, lambda flags: netns.command(ns, nodetool_argv(
-        lib, jmx_port, *args, archive=flags)), timeout)
+    return run_archived(lib, lambda flags: nodetool_command(ns, lib, jmx_port, *args,
+                                                            archive=flags), timeout)
 
