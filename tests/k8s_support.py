@@ -357,10 +357,14 @@ class Prometheus:
 
     def __init__(self, root: Path, targets: list[str], static_configs: str = "",
                  web_config: str = "", ca: Path | None = None,
-                 auth: tuple[str, str] | None = None, scrape_interval: str = "1s") -> None:
+                 auth: tuple[str, str] | None = None, scrape_interval: str = "1s",
+                 lookback_s: float | None = None) -> None:
         """``static_configs``: entries of the job's own (YAML, 6 spaces in), besides
         ``targets``. ``web_config``: Prometheus's ``--web.config.file`` (TLS, basic auth);
-        then ``ca`` verifies its certificate and ``auth`` logs in to see it ready."""
+        then ``ca`` verifies its certificate and ``auth`` logs in to see it ready.
+        ``lookback_s``: its ``--query.lookback-delta`` (how far before the instant asked
+        about an instant query still finds a series' last sample; None: Prometheus's
+        default, 5 min), kept across :meth:`restart`."""
         binary = shutil.which("prometheus")
         if binary is None:
             pytest.fail("Prometheus is not installed ('make test' installs Debian's)")
@@ -377,6 +381,8 @@ class Prometheus:
         if web_config:
             (root / "web.yml").write_text(web_config)
             extra.append(f"--web.config.file={root / 'web.yml'}")
+        if lookback_s is not None:
+            extra.append(f"--query.lookback-delta={round(lookback_s * 1000)}ms")
         self.argv = [binary, f"--config.file={cfg}",
                      f"--web.listen-address=127.0.0.1:{self.port}",
                      f"--storage.tsdb.path={root / 'tsdb'}", "--log.level=warn", *extra]
