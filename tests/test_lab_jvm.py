@@ -1,7 +1,8 @@
 """The lab's JVMs: nodetool and the example exporter run as client JVMs (C1 alone, the
 serial collector), nodetool maps a class-data-sharing archive written by its first normal
-run, and the nodes compile with C1 alone only when ``ELASTORE_LAB_QUICK_JIT`` is 1 (what
-``make test`` sets; the measurements keep Java's default JIT)."""
+run, and the nodes compile with C1 alone and collect with the serial collector only when
+``ELASTORE_LAB_QUICK_JIT`` is 1 (what ``make test`` sets; the measurements keep G1 and
+Java's default JIT)."""
 
 from __future__ import annotations
 
@@ -34,11 +35,18 @@ def test_the_nodes_compile_with_c1_alone_only_when_asked(tmp_path: Path,
     assert "-XX:TieredStopAtLevel=1" not in nodes.node_command(_spec(tmp_path), lib, "256M")
     monkeypatch.setenv(nodes.QUICK_JIT_ENV, "0")
     assert "-XX:TieredStopAtLevel=1" not in nodes.node_command(_spec(tmp_path), lib, "256M")
+    assert cmd_gc(nodes.node_command(_spec(tmp_path), lib, "256M")) == ["-XX:+UseG1GC"]
     monkeypatch.setenv(nodes.QUICK_JIT_ENV, "1")
     cmd = nodes.node_command(_spec(tmp_path), lib, "256M")
-    # a JVM flag, before the main class and its arguments
-    assert cmd.index("-XX:TieredStopAtLevel=1") < cmd.index(
-        "org.apache.cassandra.service.CassandraDaemon")
+    # JVM flags, before the main class and its arguments; one collector, the serial one
+    main = cmd.index("org.apache.cassandra.service.CassandraDaemon")
+    assert cmd.index("-XX:TieredStopAtLevel=1") < main
+    assert cmd_gc(cmd) == ["-XX:+UseSerialGC"] and cmd.index("-XX:+UseSerialGC") < main
+
+
+def cmd_gc(cmd: list[str]) -> list[str]:
+    """The collectors a command line chooses."""
+    return [f for f in cmd if f.startswith("-XX:+Use") and f.endswith("GC")]
 
 
 def test_nodetool_is_a_client_jvm_whatever_the_nodes_jit(monkeypatch: pytest.MonkeyPatch,

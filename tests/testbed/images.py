@@ -414,7 +414,8 @@ ordinal 0 seeds itself, the others seed ``<statefulset>-0``, whose IP they read 
 Kubernetes API with the pod's service-account token (the test cluster has no DNS), retrying
 until it has one. CASSANDRA_SEEDS overrides the seeds. CLUSTER_NAME (default elastore),
 HEAP_SIZE (default 256M), NUM_TOKENS (16), RING_DELAY_MS (3000), JVM_EXTRA_OPTS (JVM flags,
-space-separated: a short test run's C1 alone, say). Data, commit log and the
+space-separated: a short test run's C1 alone and serial collector, say; a collector named
+there replaces G1). Data, commit log and the
 written config live under /var/lib/cassandra (the PVC). SERVICE_ACCOUNT_DIR: where the
 token, ca.crt and namespace are (the usual mount when unset).
 """
@@ -458,6 +459,12 @@ def pod_ip_of(name, namespace):
         except Exception as e:  # not there yet, API unreachable: retry
             say(f"looking up the seed {name}: {e}")
         time.sleep(2)
+
+
+def collector(extra):
+    """Cassandra's G1, unless the extra JVM flags name a collector (two stop the JVM)."""
+    named = [f for f in extra if f.startswith("-XX:+Use") and f.endswith("GC")]
+    return [] if named else ["-XX:+UseG1GC"]
 
 
 def seeds(ip):
@@ -515,9 +522,10 @@ write_request_timeout: 5000ms
     heap = os.environ.get("HEAP_SIZE", "256M")
     with open(f"{HOME}/classpath") as f:
         cp = f.read().strip()
+    extra = os.environ.get("JVM_EXTRA_OPTS", "").split()
     argv = [
-        "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k",
-        "-XX:+ExitOnOutOfMemoryError", *os.environ.get("JVM_EXTRA_OPTS", "").split(),
+        "java", f"-Xms{heap}", f"-Xmx{heap}", *collector(extra),
+        "-Xss512k", "-XX:+ExitOnOutOfMemoryError", *extra,
         *FLAGS,
         f"-javaagent:{HOME}/agent/jmx_prometheus_javaagent.jar="
         f"{EXPORTER_PORT}:{HOME}/conf/exporter.yaml",

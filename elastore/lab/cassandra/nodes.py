@@ -141,17 +141,28 @@ def ensure_jars(version: str = CASSANDRA_VERSION) -> Path:
 #: docs/testing.md). The JVM's own warnings go to stderr, never into output we parse.
 CLIENT_JVM_FLAGS = ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xlog:disable",
                     "-Xlog:all=warning:stderr"]
-#: set to 1, the lab's Cassandra nodes compile with C1 alone: a lab that lives for minutes
-#: boots with about 30 % less CPU and serves a load with about 30 % less (measured:
-#: docs/testing.md), at a peak throughput that is not production's. ``make test`` sets it
-#: for its mechanisms; the measurements (``make lab-check``) run the server compiler.
+#: set to 1, the lab's Cassandra nodes compile with C1 alone and collect with the serial
+#: collector: a lab that lives for minutes boots with about 30 % less CPU and serves a load
+#: with about 30 % less (C1; the serial collector about 8 % more on a 256-MiB heap;
+#: measured: docs/testing.md), at a peak throughput that is not production's. ``make
+#: test`` sets it for its mechanisms; the measurements (``make lab-check``) run Cassandra's
+#: G1 and the server compiler.
 QUICK_JIT_ENV = "ELASTORE_LAB_QUICK_JIT"
+#: the quick nodes' JVM flags (with QUICK_JIT_ENV=1)
+QUICK_NODE_FLAGS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 def node_jit_flags() -> list[str]:
-    """The lab nodes' JIT flags: C1 alone when :data:`QUICK_JIT_ENV` is 1, else Java's
-    default (tiered, up to the server compiler)."""
-    return ["-XX:TieredStopAtLevel=1"] if os.environ.get(QUICK_JIT_ENV) == "1" else []
+    """The lab nodes' JVM flags beyond Cassandra's defaults: :data:`QUICK_NODE_FLAGS` when
+    :data:`QUICK_JIT_ENV` is 1, else none (G1, and Java's tiered JIT up to the server
+    compiler)."""
+    return list(QUICK_NODE_FLAGS) if os.environ.get(QUICK_JIT_ENV) == "1" else []
+
+
+def names_a_collector(flags: list[str]) -> bool:
+    """Whether ``flags`` choose the JVM's collector (``-XX:+Use...GC``): a node then runs
+    that one instead of Cassandra's G1 (two would stop the JVM at its start)."""
+    return any(f.startswith("-XX:+Use") and f.endswith("GC") for f in flags)
 
 
 def classpath(lib: Path) -> str:
@@ -279,7 +290,9 @@ def node_command(node: NodeSpec, lib: Path, heap: str, ring_delay_ms: int = 3000
     broadcast = [f"-Dcassandra.broadcast_interval_ms={load_broadcast_ms}"] if \
         load_broadcast_ms > 0 else []
     return [
-        "java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-Xss512k", *node_jit_flags(),
+        "java", f"-Xms{heap}", f"-Xmx{heap}",
+        *([] if names_a_collector(extra := node_jit_flags()) else ["-XX:+UseG1GC"]),
+        "-Xss512k", *extra,
         *JAVA_MODULE_FLAGS,
         f"-javaagent:{exporter_jar(lib)}={node.metrics}:{r / 'exporter.yaml'}",
         f"-Dcassandra.config=file://{r / 'cassandra.yaml'}",
