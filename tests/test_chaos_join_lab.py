@@ -82,6 +82,8 @@ BACKOFF_S, RESTARTS = 10.0, 4
 #: node 3 is killed only while node 1 has sent it less than this share of its stream
 KILL_BEFORE = 0.7
 PROBE_KEYS = 100  # QUORUM writes while node 3 is dead, and again once it is dropped
+#: a survivor drops a dead joining endpoint ("FatClient ... has been silent for 30000ms")
+FAT_CLIENT_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -445,11 +447,30 @@ def _bootstrap_sessions(netstats: str) -> dict[str, StreamProgress]:
     return out
 
 
+BOOTSTRAP_BEGUN = "JOINING: Starting to bootstrap"
+
+
+def _bootstraps_begun(d: Path) -> int:
+    """How many times node 3 has begun a bootstrap, by its own log (one file across its
+    restarts): a file read, where a ``netstats`` poll costs a JVM."""
+    node = next((x for x in _state(d).nodes if x.n == 3), None)
+    try:
+        text = (Path(node.root) / "logs" / "system.log").read_text() if node else ""
+    except OSError:
+        return 0
+    return text.count(BOOTSTRAP_BEGUN)
+
+
 def _kill_while_streaming(d: Path, pod: JoiningPod, ip: str, stop: threading.Event,
                           killed: set[str]) -> Kill | None:
     """SIGKILL node 3 once node 1's ``netstats`` shows part of its bootstrap stream sent (a
     bootstrapping Cassandra 5.0.4 answers no nodetool itself: "Server is not initialized
     yet"); its tokens are then read Joining in node 1's ring. None if the test stopped.
+
+    Node 1's ``netstats`` is polled only once node 3's log says this bootstrap (the
+    ``len(killed) + 1``-th) has begun: before it there is no stream to see, and a boot
+    takes 10-15 s of polls, each a nodetool JVM (~0.65 core-s). If the log never says so
+    within 60 s of the container's start, the polls begin anyway.
 
     Only a session whose plan is not in ``killed`` counts: node 1 may still list the stream
     of a bootstrap killed before, with its bytes sent so far (a CI run killed the restarted
@@ -462,6 +483,11 @@ def _kill_while_streaming(d: Path, pod: JoiningPod, ip: str, stop: threading.Eve
                                        f"pod: {pod.exits}; polls that listed only a killed " \
                                        f"bootstrap's session: {stale})"
         assert not pod.ready.is_set(), "node 3 joined before it was seen streaming"
+        if _bootstraps_begun(d) <= len(killed) and \
+                time.monotonic() - pod.started_at < 60:
+            if stop.wait(0.5):
+                return None
+            continue
         try:
             text = _nodetool(d, 1)("netstats")
         except ElastoreError:
@@ -528,6 +554,11 @@ def _chaos(d: Path, port: ChaosPort, ch: Chaos, stop: threading.Event) -> None:
         probing = threading.Thread(target=probe_dead, daemon=True)
         probing.start()
         end = time.monotonic() + 180
+        # a survivor drops a silent joining endpoint after FAT_CLIENT_S of silence, which
+        # began at the kill at the latest: reading their rings before then (two nodetool
+        # JVMs a look) cannot see it dropped
+        if stop.wait(max(0.0, again.at + FAT_CLIENT_S - 5.0 - time.monotonic())):
+            return
         while True:
             seen = _survivors(d, ip)
             ch.seen.append((time.monotonic() - first.at, *seen))
@@ -542,6 +573,11 @@ def _chaos(d: Path, port: ChaosPort, ch: Chaos, stop: threading.Event) -> None:
         ch.probe_dropped = _probe(d, old, "write", PROBE_KEYS, PROBE_KEYS)
         pod.restart.set()
         end = time.monotonic() + 420
+        # the survivors can see node 3 UN only once it is UN in its own status, which is
+        # when its pod turns ready (restart_node waits for that): their rings are read from
+        # then on, not while it boots and bootstraps
+        while not pod.ready.is_set() and time.monotonic() < end and not stop.wait(1.0):
+            pass
         while True:
             last = stop.is_set()  # the test is over: one more look (it may have been Done)
             seen = _survivors(d, ip)
