@@ -6,6 +6,13 @@ HPA-style policies. kwok's pods run no Cassandra: nodetool is the stand-in
 
 The load, 800 requests/s, wants 5 servers under the built-in lab model; every policy
 starts at 3 (or 5) replicas, so each test knows what the plan would do.
+
+The horizon planner times each node step (one node, its migration, then the next) on a
+grid of a 720th of its lookahead (10 s at least): the default 24 h put the steps 4 min
+apart (two 2-min slots), which the tests that follow a plan to 5 (the pause, the
+fallback, the behavior) spent waiting. Here the lookahead is 1 h (a 10-s grid, the
+control period) and the store holds 256 MiB (:data:`DATA_BYTES`), so a step's migration
+is seconds: no test here is about the lookahead or the migration's length.
 """
 
 from __future__ import annotations
@@ -26,7 +33,6 @@ from k8s_support import (
     OperatorProcess,
     Prometheus,
     events,
-    get,
     persistent_volumes,
     policy,
     standin_exec_config,
@@ -44,6 +50,17 @@ NAMESPACES = ["ctl-pause", "ctl-pausedn", "ctl-freeze", "ctl-higher", "ctl-behav
 BACKTEST_NS = "ctl-backtest"
 PAUSED = "elastore.io/paused"
 PAUSED_REPLICAS = "elastore.io/paused-replicas"
+#: the store's bytes (the exporter's Load), small enough that a step's migration is seconds
+DATA_BYTES = 256 * 2**20
+#: each Enforce test's namespace: (replicas, volume size). The ``warm`` fixture makes them
+#: all when the module starts, so that by each test's turn their series are older than the
+#: policy's rate window and its first period decides (a namespace made by the test waited
+#: two retries of 10 s: no series yet, then a series younger than the warmup). Selected
+#: alone, a test finds its own namespace just made and waits, as before.
+SIZES: dict[str, tuple[int, str | None]] = {
+    "ctl-pause": (3, None), "ctl-pausedn": (5, "1Gi"), "ctl-freeze": (3, None),
+    "ctl-higher": (3, None), "ctl-behavior": (3, None), "ctl-repair": (3, None),
+    BACKTEST_NS: (3, None)}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +78,7 @@ def cp(tmp_path_factory: pytest.TempPathFactory, standin: Path) -> Iterator[Cont
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory, cp: ControlPlane) -> Iterator[Prometheus]:
-    m = CassandraMetrics(rps=800.0)
+    m = CassandraMetrics(rps=800.0, data_bytes=DATA_BYTES)
     m.follow(cp)
     p = Prometheus(tmp_path_factory.mktemp("prom"), [m.target])
     yield p
@@ -70,30 +87,67 @@ def prom(tmp_path_factory: pytest.TempPathFactory, cp: ControlPlane) -> Iterator
 
 
 @pytest.fixture(scope="module")
-def backtest_target(cp: ControlPlane, prom: Prometheus) -> str:
+def warm(cp: ControlPlane, prom: Prometheus, tmp_path_factory: pytest.TempPathFactory
+         ) -> None:
+    """Every namespace of :data:`SIZES` with its StatefulSet, made now (not waited for:
+    each test waits for its own pods)."""
+    pvs = tmp_path_factory.mktemp("pv")
+    for ns in SIZES:
+        make(cp, ns, pvs)
+
+
+@pytest.fixture(scope="module")
+def backtest_target(cp: ControlPlane, prom: Prometheus, warm: None) -> str:
     """The backtest's namespace: 3 pods and a Recommend policy on the 800 requests/s,
     created if absent. The operator fixture asks for it, so in a run of the module its
     series are minutes old by the time the backtest reads them (selected alone, the
     backtest waits for them)."""
-    if cp.kubectl("get", "namespace", BACKTEST_NS, check=False).returncode != 0:
-        namespace(cp, BACKTEST_NS, 3)
+    namespace(cp, BACKTEST_NS)
     cp.kubectl("apply", "-f", "-", stdin=enforce(BACKTEST_NS, prom.url, mode="Recommend"))
     return BACKTEST_NS
 
 
 @pytest.fixture(scope="module")
-def operator(cp: ControlPlane, prom: Prometheus, backtest_target: str,
+def operator(cp: ControlPlane, prom: Prometheus, backtest_target: str, warm: None,
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorProcess]:
     op = OperatorProcess(cp.kubeconfig, tmp_path_factory.mktemp("op") / "op.log")
     yield op
     op.stop()
 
 
-def namespace(cp: ControlPlane, name: str, replicas: int, volume: str | None = None) -> str:
+@pytest.fixture(autouse=True)
+def policies_go(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on the module's operator, its policies go (the backtest's target
+    stays: its Recommend policy is the module's): a policy left behind went on deciding
+    every 10 s through the rest of the module, its ticks taking the operator's turns and
+    the machine's CPU from the policies of the tests after it."""
+    yield
+    if "operator" in request.fixturenames:
+        cp: ControlPlane = request.getfixturevalue("cp")
+        cp.kubectl("delete", "elasticpolicies", "-A", "--field-selector",
+                   f"metadata.namespace!={BACKTEST_NS}", "--wait=false", check=False)
+
+
+def make(cp: ControlPlane, name: str, pv_root: Path | None = None) -> None:
+    """Namespace ``name`` and its StatefulSet at :data:`SIZES`' size (sized volumes: their
+    static PVs, under ``pv_root``), unless it exists."""
+    if cp.kubectl("get", "namespace", name, check=False).returncode == 0:
+        return
+    replicas, volume = SIZES[name]
+    if volume is not None:
+        assert pv_root is not None, name
+        cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(replicas, volume, pv_root))
     cp.kubectl("create", "namespace", name)
     cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas, volume=volume))
-    wait_until(f"{replicas} pods in {name}", lambda: get(cp, "statefulset", "cass", name)
+
+
+def namespace(cp: ControlPlane, name: str, pv_root: Path | None = None) -> str:
+    """:func:`make`'s namespace, its pods ready."""
+    make(cp, name, pv_root)
+    replicas = SIZES[name][0]
+    wait_until(f"{replicas} pods in {name}", lambda: sts(cp, name)
                .get("status", {}).get("readyReplicas") == replicas, 60)
+    assert sts(cp, name)["spec"]["replicas"] == replicas  # as made: no policy touched it
     return name
 
 
@@ -103,6 +157,7 @@ def enforce(ns: str, url: str, annotations: dict[str, str] | None = None, **spec
         "mode": "Enforce", "controlPeriod": "10s", "replicas": {"min": 3, "max": 8},
         "prediction": {"method": "persistence", "horizon": "10s", "step": "2s"},
         "migration": {"nodeOverheadSeconds": 5}, "scaleDown": {"stabilizationSeconds": 0},
+        "planner": {"lookahead": "1h"},
         "metrics": {"prometheus": {"url": url, "rateWindow": "10s"}},
         "capacityModel": {"learn": False}}
     doc = json.loads(policy("orders", ns, "cass", nodetool=[sys.executable,
@@ -113,8 +168,15 @@ def enforce(ns: str, url: str, annotations: dict[str, str] | None = None, **spec
     return json.dumps(doc)
 
 
+def sts(cp: ControlPlane, ns: str) -> dict[str, Any]:
+    """StatefulSet ``cass``, read in this process (the polls below read it every second or
+    two: a kubectl run each cost ~0.1 s of CPU on a machine the lab shares)."""
+    return cp.get_json(f"/apis/apps/v1/namespaces/{ns}/statefulsets/cass")
+
+
 def status(cp: ControlPlane, ns: str) -> dict[str, Any]:
-    return dict(get(cp, "elasticpolicy", "orders", ns).get("status") or {})
+    return dict(cp.get_json(f"/apis/elastore.io/v1alpha1/namespaces/{ns}/elasticpolicies/"
+                            "orders").get("status") or {})
 
 
 def cond(st: dict[str, Any], ctype: str) -> dict[str, Any]:
@@ -122,7 +184,7 @@ def cond(st: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 
 def replicas(cp: ControlPlane, ns: str) -> int:
-    return int(get(cp, "statefulset", "cass", ns)["spec"]["replicas"])
+    return int(sts(cp, ns)["spec"]["replicas"])
 
 
 def annotate(cp: ControlPlane, ns: str, *kv: str) -> None:
@@ -142,11 +204,14 @@ def plan_wait(cp: ControlPlane, ns: str, margin_s: float = 120.0) -> float:
     return max(0.0, last - time.time()) + margin_s
 
 
-def holds(cp: ControlPlane, ns: str, n: int, seconds: float) -> None:
-    """The StatefulSet stays at ``n`` for ``seconds`` (several control periods)."""
+def holds(cp: ControlPlane, ns: str, n: int, seconds: float,
+          also: dict[str, int] | None = None) -> None:
+    """The StatefulSet stays at ``n`` for ``seconds`` (several control periods), and those
+    of ``also`` (namespace -> size) at theirs."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        assert replicas(cp, ns) == n, status(cp, ns)
+        for where, size in {ns: n, **(also or {})}.items():
+            assert replicas(cp, where) == size, (where, status(cp, where))
         time.sleep(1)
 
 
@@ -157,7 +222,7 @@ def test_pause_lets_the_step_in_progress_finish_and_starts_nothing(
     """A scale-out 3 -> 4 is joining (held by the stand-in) when the policy is paused: the
     step finishes, no next one starts although the plan wants 5, the status says Paused;
     unpaused, the policy goes on to 5."""
-    ns = namespace(cp, "ctl-pause", 3)
+    ns = namespace(cp, "ctl-pause")
     (standin / ns).mkdir(parents=True, exist_ok=True)
     hold = standin / ns / "join-hold-3"
     hold.write_text("held by the test")
@@ -173,8 +238,17 @@ def test_pause_lets_the_step_in_progress_finish_and_starts_nothing(
                     not s.get("operation") and s, 60)
     assert replicas(cp, ns) == 4
     # it finished with cleanup on the three old nodes, in order, each throttled (its own
-    # 64 MiB/s read first) and put back: pods/exec into each pod's nodetool
-    calls = [c.split()[1:] for c in (standin / ns / "calls.log").read_text().splitlines()]
+    # 64 MiB/s read first) and put back: pods/exec into each pod's nodetool. The tick that
+    # ends the step writes the status first and then puts the last node's throttle back (a
+    # nodetool call later): read the calls once that tick is through, i.e. once every old
+    # node had its three (a status read by kubectl used to take longer than that call;
+    # read in this process it did not)
+    def calls_now() -> list[list[str]]:
+        return [c.split()[1:] for c in (standin / ns / "calls.log").read_text().splitlines()]
+
+    calls = wait_until("the last throttle put back", lambda: (cl := calls_now()) and all(
+        sum(n == k and "compactionthroughput" in cmd[0] for n, *cmd in cl) >= 3
+        for k in "012") and cl, 30)
     assert [k for k, *cmd in calls if cmd == ["cleanup"]] == ["0", "1", "2"], calls
     for k in "012":
         mine = [cmd for n, *cmd in calls if n == k and "compactionthroughput" in cmd[0]]
@@ -199,13 +273,12 @@ def test_pause_lets_the_step_in_progress_finish_and_starts_nothing(
 
 def test_paused_replicas_moves_to_the_size_and_holds_it(
         cp: ControlPlane, prom: Prometheus, operator: OperatorProcess, standin: Path,
-        tmp_path: Path, figure: FigureBook) -> None:
+        figure: FigureBook) -> None:
     """paused-replicas 3 on a policy whose plan wants 5 (at 5): two scale-in steps, each a
     decommission with its checks, then held at 3; a value that is not a size pauses where
     it is, said."""
-    # sized volumes: a scale-in checks the free space the survivors would have
-    cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(5, "1Gi", tmp_path / "pv"))
-    ns = namespace(cp, "ctl-pausedn", 5, volume="1Gi")
+    # sized volumes (SIZES): a scale-in checks the free space the survivors would have
+    ns = namespace(cp, "ctl-pausedn")
     cp.kubectl("apply", "-f", "-", stdin=enforce(ns, prom.url, {PAUSED_REPLICAS: "3"}))
     wait_until("3 replicas", lambda: replicas(cp, ns) == 3, 150)
     wait_until("the last step done", lambda: not status(cp, ns).get("operation"), 60)
@@ -246,7 +319,7 @@ def test_fallback_freeze_and_current_replicas_if_higher(
     follows the last good plan (status.fallback.actions) to its size, and never scales in on
     missing data (set one above it by hand, it stays there). Metrics back: the fallback
     ends, said."""
-    freeze, higher = namespace(cp, "ctl-freeze", 3), namespace(cp, "ctl-higher", 3)
+    freeze, higher = namespace(cp, "ctl-freeze"), namespace(cp, "ctl-higher")
     for ns, how in ((freeze, "freeze"), (higher, "currentReplicasIfHigher")):
         cp.kubectl("apply", "-f", "-", stdin=enforce(
             ns, prom.url, {PAUSED: "true"},
@@ -274,14 +347,15 @@ def test_fallback_freeze_and_current_replicas_if_higher(
     st = status(cp, higher)
     assert cond(st, "Fallback")["reason"] == "FallbackCurrentReplicasIfHigher", st
     assert not st["lastDecision"]["ok"]  # all of it without a good observation
-    holds(cp, freeze, 3, 5)
+    assert replicas(cp, freeze) == 3
     st = status(cp, freeze)
     assert cond(st, "Fallback")["reason"] == "FallbackFreeze"
     assert cond(st, "ScalingUp")["reason"] == "NoEvidence", cond(st, "ScalingUp")
-    # a larger size than the plan's: no scale-in on missing data
+    # a larger size than the plan's: no scale-in on missing data; freeze still holds 3
+    # meanwhile (its own hold, 5 s, was here before)
     wait_until("no step in progress", lambda: not status(cp, higher).get("operation"), 60)
     cp.kubectl("scale", "statefulset", "cass", "-n", higher, f"--replicas={target + 1}")
-    holds(cp, higher, target + 1, 25)
+    holds(cp, higher, target + 1, 25, also={freeze: 3})
     # Prometheus back: the fallback ends
     for ns in (freeze, higher):
         cp.kubectl("patch", "elasticpolicy", "orders", "-n", ns, "--type", "merge", "-p",
@@ -301,7 +375,7 @@ def test_behavior_limits_scale_out_to_one_node_per_hour(
         cp: ControlPlane, prom: Prometheus, operator: OperatorProcess) -> None:
     """scaleUp: 1 pod per 3600 s. The plan wants 5 from 3: one node is added, the next is
     held (BehaviorLimit, with the time it will be allowed); without the policy it goes on."""
-    ns = namespace(cp, "ctl-behavior", 3)
+    ns = namespace(cp, "ctl-behavior")
     limited = {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "periodSeconds": 3600}]}}
     cp.kubectl("apply", "-f", "-", stdin=enforce(ns, prom.url, behavior=limited))
     wait_until("4 replicas", lambda: replicas(cp, ns) == 4, 90)
@@ -439,7 +513,7 @@ def test_a_repair_lets_a_scale_out_through_only_with_the_slo_at_risk(
     ns = "ctl-repair"
     (standin / ns).mkdir(parents=True, exist_ok=True)
     (standin / ns / "repair-1").write_text("a Validation compaction")
-    namespace(cp, ns, 3)
+    namespace(cp, ns)
     cp.kubectl("apply", "-f", "-", stdin=enforce(ns, prom.url, scaleUp={"cleanup": False}))
     wait_until("4 replicas", lambda: replicas(cp, ns) == 4, 120)
     warn = [e for e in events(cp, ns, "orders") if e["reason"] == "RepairOverridden"]
