@@ -42,6 +42,17 @@ pytestmark = pytest.mark.k8s
 
 
 DRIFT_NS = "drift"
+#: the namespaces whose policies read the module's Prometheus (``prom``), and their
+#: StatefulSets: (replicas, options of :func:`statefulset`). ``prom`` makes them all when it
+#: starts, so that each test finds its pods running and their series older than the
+#: policies' rate window (the owner test made five namespaces one after the other, each
+#: waited for; a series younger than the warmup costs its policy a retry of 10 s). A test
+#: selected alone finds its namespace just made and waits, as before. ``owner-ctl``:
+#: :func:`owned`.
+WARM: dict[str, tuple[int, dict[str, Any]]] = {
+    "recommend": (3, {}), "ha": (3, {}), "chart": (3, {}), "uninstall": (3, {}),
+    "owner-optin": (3, {"managed": False}), "owner-hpa": (3, {}), "owner-two": (3, {}),
+    "owner-shadow": (3, {}), "tamper": (3, {}), DRIFT_NS: (6, {"volume": "1Gi"})}
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +77,14 @@ def metrics(cp: ControlPlane) -> Iterator[CassandraMetrics]:
 
 
 @pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory, metrics: CassandraMetrics
+def prom(tmp_path_factory: pytest.TempPathFactory, cp: ControlPlane, metrics: CassandraMetrics
          ) -> Iterator[Prometheus]:
     p = Prometheus(tmp_path_factory.mktemp("prom"), [metrics.target])
+    # every namespace of WARM (and owner-ctl), not waited for: each test waits for its pods
+    pvs = tmp_path_factory.mktemp("pv")
+    for ns in WARM:
+        make(cp, ns, pvs)
+    owned(cp)
     yield p
     p.close()
 
@@ -89,17 +105,68 @@ def fast_policy(ns: str, url: str, **spec: Any) -> str:
                   metrics={"prometheus": {"url": url, **PROM}}, **spec)
 
 
+@pytest.fixture(autouse=True)
+def policies_go(cp: ControlPlane) -> Iterator[None]:
+    """After each test its policies go: every operator a later test starts served every
+    policy left in the cluster, each deciding every 10 s (the tenth test's operator served a
+    dozen), their ticks taking its turns and the machine's CPU. A policy whose operator
+    has stopped goes at once (the operator took its finalizer off); one whose operator was
+    killed, when the next operator sees it deleted."""
+    yield
+    cp.kubectl("delete", "elasticpolicies", "--all", "-A", "--wait=false", check=False)
+
+
 def namespace(cp: ControlPlane, name: str, replicas: int = 3, **sts: Any) -> str:
     if cp.kubectl("get", "namespace", name, check=False).returncode != 0:
         cp.kubectl("create", "namespace", name)
     cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas, **sts))
-    wait_until(f"{replicas} pods in {name}", lambda: get(cp, "statefulset", "cass", name)
+    wait_until(f"{replicas} pods in {name}", lambda: sts_json(cp, name)
                .get("status", {}).get("readyReplicas") == replicas, 60)
     return name
 
 
+def has_pvs(cp: ControlPlane) -> bool:
+    """The static PVs of :func:`persistent_volumes` exist (made by ``prom``, or a test)."""
+    return cp.kubectl("get", "pv", "elastore-test-pv-0", check=False).returncode == 0
+
+
+def make(cp: ControlPlane, name: str, pvs: Path) -> None:
+    """Namespace ``name`` and its StatefulSet as :data:`WARM` says (sized volumes: their
+    static PVs under ``pvs``), unless the namespace exists."""
+    if cp.kubectl("get", "namespace", name, check=False).returncode == 0:
+        return
+    replicas, opts = WARM[name]
+    if opts.get("volume") and not has_pvs(cp):
+        cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(8, opts["volume"], pvs))
+    cp.kubectl("create", "namespace", name)
+    cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", name, replicas, **opts))
+
+
+def owned(cp: ControlPlane) -> str:
+    """Namespace ``owner-ctl``: StatefulSet ``cass`` controlled by an owner (ConfigMap
+    ``dc1`` stands in for cass-operator's CassandraDatacenter, so the garbage collector
+    keeps the StatefulSet), unless it exists."""
+    ns = "owner-ctl"
+    if cp.kubectl("get", "namespace", ns, check=False).returncode != 0:
+        cp.kubectl("create", "namespace", ns)
+        cp.kubectl("create", "configmap", "dc1", "-n", ns)
+        uid = get(cp, "configmap", "dc1", ns)["metadata"]["uid"]
+        cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", ns, 3, owner={
+            "apiVersion": "v1", "kind": "ConfigMap", "name": "dc1", "uid": uid,
+            "controller": True}))
+    return ns
+
+
+def sts_json(cp: ControlPlane, ns: str) -> dict[str, Any]:
+    """StatefulSet ``cass``, read in this process (the waits poll it every half second: a
+    kubectl run each cost ~0.1 s of CPU on a machine the lab shares)."""
+    return cp.get_json(f"/apis/apps/v1/namespaces/{ns}/statefulsets/cass")
+
+
 def status(cp: ControlPlane, name: str, ns: str) -> dict[str, Any]:
-    return dict(get(cp, "elasticpolicy", name, ns).get("status") or {})
+    """A policy's status, read in this process (as :func:`sts_json`)."""
+    return dict(cp.get_json(f"/apis/elastore.io/v1alpha1/namespaces/{ns}/elasticpolicies/"
+                            f"{name}").get("status") or {})
 
 
 def status_when(cp: ControlPlane, name: str, ns: str,
@@ -576,8 +643,9 @@ def namespaced(cp: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Pa
     """The chart installed with watchNamespaces: Roles in those namespaces only. Returns a
     kubeconfig of its ServiceAccount, which the Enforce tests below run the operator with:
     every permission Enforce uses is exercised, and (rbac test) nothing else is granted."""
-    for ns in NAMESPACED:
-        cp.kubectl("create", "namespace", ns)
+    for ns in NAMESPACED:  # (``prom`` may have made them)
+        if cp.kubectl("get", "namespace", ns, check=False).returncode != 0:
+            cp.kubectl("create", "namespace", ns)
     return install_namespaced(cp, "elastore-ns", NAMESPACED,
                               tmp_path_factory.mktemp("sa") / "kc")
 
@@ -634,13 +702,7 @@ def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom:
     StatefulSet stays at 3, and the policy keeps forecasting."""
     cases: dict[str, str] = {}
     cases[namespace(cp, "owner-optin", managed=False)] = "NotOptedIn"
-    cp.kubectl("create", "namespace", "owner-ctl")
-    cp.kubectl("create", "configmap", "dc1", "-n", "owner-ctl")
-    uid = get(cp, "configmap", "dc1", "owner-ctl")["metadata"]["uid"]
-    cp.kubectl("apply", "-f", "-", stdin=statefulset("cass", "owner-ctl", 3, owner={
-        "apiVersion": "v1", "kind": "ConfigMap", "name": "dc1", "uid": uid,
-        "controller": True}))
-    cases["owner-ctl"] = "OwnedByController"
+    cases[owned(cp)] = "OwnedByController"
     hpa_ns = namespace(cp, "owner-hpa")
     cp.kubectl("apply", "-f", "-", stdin=json.dumps({
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
@@ -694,8 +756,8 @@ def test_owner_and_contention_refusals_on_the_api_server(cp: ControlPlane, prom:
         assert "ElasticPolicy/second" in cond(status(cp, "orders", two), "Conflict")["message"]
         st = status(cp, "orders", shadow)
         assert cond(st, "Conflict").get("reason") == "NoConflict", st
-        wait_until("the Enforce policy beside the shadow to scale out", lambda: get(
-            cp, "statefulset", "cass", shadow)["spec"]["replicas"] > 3, 120)
+        wait_until("the Enforce policy beside the shadow to scale out", lambda: sts_json(
+            cp, shadow)["spec"]["replicas"] > 3, 120)
         assert cond(status(cp, "shadow", shadow), "Conflict").get("status") != "True"
         assert "Forbidden" not in op.tail(20000)
     finally:
@@ -714,7 +776,8 @@ def test_drift_during_a_decommission_stops_the_operator(cp: ControlPlane,
     touches nothing, says Conflict (Drift) with an Event, and finishes the step once the
     size is back to 6."""
     # sized volumes: a scale-in checks the free space the survivors would have
-    cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(8, "1Gi", tmp_path / "pv"))
+    if not has_pvs(cp):  # (``prom`` made them, in a run of the module)
+        cp.kubectl("apply", "-f", "-", stdin=persistent_volumes(8, "1Gi", tmp_path / "pv"))
     ns = namespace(cp, DRIFT_NS, 6, volume="1Gi")
     (standin / ns).mkdir(parents=True, exist_ok=True)
     hold = standin / ns / "hold-5"
@@ -840,7 +903,8 @@ def test_deleting_a_policy_after_the_operator_is_gone_does_not_hang(
     ns = namespace(cp, "uninstall")
 
     def finalizers() -> list[str]:
-        return list(get(cp, "elasticpolicy", "orders", ns)["metadata"].get("finalizers") or [])
+        return list(cp.get_json(f"/apis/elastore.io/v1alpha1/namespaces/{ns}/elasticpolicies/"
+                                "orders")["metadata"].get("finalizers") or [])
 
     op = OperatorProcess(cp.kubeconfig, tmp_path / "op.log")
     try:
