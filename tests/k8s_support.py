@@ -578,6 +578,18 @@ def get(cp: ControlPlane, kind: str, name: str, namespace: str) -> dict[str, Any
     return dict(json.loads(res.stdout))
 
 
+def statefulset_json(cp: ControlPlane, ns: str, name: str = "cass") -> dict[str, Any]:
+    """A StatefulSet, read in this process (polls read it every second or two: a kubectl
+    run each cost ~0.1 s of CPU on a machine the lab shares)."""
+    return cp.get_json(f"/apis/apps/v1/namespaces/{ns}/statefulsets/{name}")
+
+
+def policy_status(cp: ControlPlane, ns: str, name: str = "orders") -> dict[str, Any]:
+    """A policy's status, read in this process (as :func:`statefulset_json`)."""
+    return dict(cp.get_json(f"/apis/elastore.io/v1alpha1/namespaces/{ns}/elasticpolicies/"
+                            f"{name}").get("status") or {})
+
+
 def events(cp: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
     res = cp.kubectl("get", "events", "-n", namespace, "-o", "json",
                      "--field-selector", f"involvedObject.name={name}")

@@ -35,9 +35,11 @@ from k8s_support import (
     events,
     persistent_volumes,
     policy,
+    policy_status,
     standin_exec_config,
     start_control_plane,
     statefulset,
+    statefulset_json,
     wait_until,
 )
 from testbed.k8s import ControlPlane, free_port
@@ -168,15 +170,7 @@ def enforce(ns: str, url: str, annotations: dict[str, str] | None = None, **spec
     return json.dumps(doc)
 
 
-def sts(cp: ControlPlane, ns: str) -> dict[str, Any]:
-    """StatefulSet ``cass``, read in this process (the polls below read it every second or
-    two: a kubectl run each cost ~0.1 s of CPU on a machine the lab shares)."""
-    return cp.get_json(f"/apis/apps/v1/namespaces/{ns}/statefulsets/cass")
-
-
-def status(cp: ControlPlane, ns: str) -> dict[str, Any]:
-    return dict(cp.get_json(f"/apis/elastore.io/v1alpha1/namespaces/{ns}/elasticpolicies/"
-                            "orders").get("status") or {})
+sts, status = statefulset_json, policy_status  # StatefulSet cass, policy orders
 
 
 def cond(st: dict[str, Any], ctype: str) -> dict[str, Any]:

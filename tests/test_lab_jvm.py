@@ -46,7 +46,7 @@ def test_the_nodes_compile_with_c1_alone_only_when_asked(tmp_path: Path,
 
 def cmd_gc(cmd: list[str]) -> list[str]:
     """The collectors a command line chooses."""
-    return [f for f in cmd if f.startswith("-XX:+Use") and f.endswith("GC")]
+    return [f for f in cmd if nodes.names_a_collector([f])]
 
 
 def test_nodetool_is_a_client_jvm_whatever_the_nodes_jit(monkeypatch: pytest.MonkeyPatch,

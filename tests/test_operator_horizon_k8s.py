@@ -31,9 +31,11 @@ from k8s_support import (
     get,
     persistent_volumes,
     policy,
+    policy_status,
     standin_exec_config,
     start_control_plane,
     statefulset,
+    statefulset_json,
     wait_until,
 )
 
@@ -44,8 +46,6 @@ from elastore.units import GIB
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 NAMESPACES = {"Horizon": "ratchet-horizon", "Window": "ratchet-window"}
-POLICIES = "/apis/elastore.io/v1alpha1/namespaces/{}/elasticpolicies/orders"
-STATEFULSETS = "/apis/apps/v1/namespaces/{}/statefulsets/cass"
 BASE, PEAK = 300.0, 750.0  # requests/s: 3 servers' worth, then more than 4 carry
 RAMP_S, HOLD_S = 120.0, 30.0
 
@@ -90,8 +90,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 nodetool=[sys.executable, str(NODETOOL_STANDIN)],
                 metrics={"prometheus": {"url": prom.url}}))
         for ns in NAMESPACES.values():
-            wait_until(f"a first decision in {ns}", lambda ns=ns: (
-                cp.get_json(POLICIES.format(ns)).get("status") or {}).get("forecast"), 120)
+            wait_until(f"a first decision in {ns}", lambda ns=ns:
+                       policy_status(cp, ns).get("forecast"), 120)
         seen: dict[str, list[tuple[float, float, int, dict[str, Any]]]] = {
             m: [] for m in NAMESPACES}
         stop = threading.Event()
@@ -101,8 +101,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             # on a machine the lab shares
             while not stop.wait(2.0):
                 for mode, ns in NAMESPACES.items():
-                    sts = cp.get_json(STATEFULSETS.format(ns))
-                    st = cp.get_json(POLICIES.format(ns)).get("status") or {}
+                    sts = statefulset_json(cp, ns)
+                    st = policy_status(cp, ns)
                     seen[mode].append((time.time(), metrics.rps, sts["spec"]["replicas"],
                                        st))
 
@@ -118,9 +118,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         # the persistence forecaster's quantiles remember the surge for their calibration
         # window (60 origins of 2 s): until it ages out, the upper scenarios hold a node
         horizon = NAMESPACES["Horizon"]
-        wait_until("the horizon planner to scale back in", lambda: cp.get_json(
-            STATEFULSETS.format(horizon))["spec"]["replicas"] == 3 and not (cp.get_json(
-                POLICIES.format(horizon)).get("status") or {}).get("operation"), 600)
+        wait_until("the horizon planner to scale back in", lambda: statefulset_json(
+            cp, horizon)["spec"]["replicas"] == 3 and not policy_status(cp, horizon).get(
+                "operation"), 600)
         time.sleep(max(0.0, 60 - (time.time() - fell)))  # the window planner had as long
         stop.set()
         yield {"cp": cp, "seen": seen, "fell": fell, "root": root, "op": op}

@@ -31,9 +31,11 @@ from k8s_support import (
     namespaced_args,
     persistent_volumes,
     policy,
+    policy_status,
     standin_exec_config,
     start_control_plane,
     statefulset,
+    statefulset_json,
     wait_until,
 )
 from testbed.k8s import ControlPlane, free_port
@@ -157,16 +159,11 @@ def owned(cp: ControlPlane) -> str:
     return ns
 
 
-def sts_json(cp: ControlPlane, ns: str) -> dict[str, Any]:
-    """StatefulSet ``cass``, read in this process (the waits poll it every half second: a
-    kubectl run each cost ~0.1 s of CPU on a machine the lab shares)."""
-    return cp.get_json(f"/apis/apps/v1/namespaces/{ns}/statefulsets/cass")
+sts_json = statefulset_json  # StatefulSet cass
 
 
 def status(cp: ControlPlane, name: str, ns: str) -> dict[str, Any]:
-    """A policy's status, read in this process (as :func:`sts_json`)."""
-    return dict(cp.get_json(f"/apis/elastore.io/v1alpha1/namespaces/{ns}/elasticpolicies/"
-                            f"{name}").get("status") or {})
+    return policy_status(cp, ns, name)
 
 
 def status_when(cp: ControlPlane, name: str, ns: str,

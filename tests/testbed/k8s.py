@@ -540,9 +540,12 @@ class ControlPlane:
         """GET ``path`` from the API server in this process, as the admin (no kubectl:
         a kubectl run costs ~0.1 s of CPU, and a test polling status every second with
         three of them took a fifth of this 2-core machine from the store it measured)."""
-        pki = self.root / "pki"
-        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
-        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        ctx = self.__dict__.get("_admin_tls")
+        if ctx is None:  # made once: the polls call this every second or two
+            pki = self.root / "pki"
+            ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+            ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+            self.__dict__["_admin_tls"] = ctx
         with urllib.request.urlopen(self.server + path, timeout=timeout_s,
                                     context=ctx) as res:
             return dict(json.loads(res.read()))
